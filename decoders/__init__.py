@@ -1,0 +1,10 @@
+"""SpecLab decoders: speculative decoding methods that record every decision in one trace format.
+
+No gradio here. Public API: DecodeOptions, generate, stream, Trace (see decoders/api.py and decoders/trace.py).
+"""
+from .api import generate, label, stream
+from .options import DRAFTERS, METHODS, RULES, DecodeOptions, OptionsError
+from .trace import SCHEMA_VERSION, Trace, TraceError
+
+__all__ = ["DecodeOptions", "OptionsError", "generate", "stream", "label", "Trace", "TraceError", "SCHEMA_VERSION",
+           "METHODS", "DRAFTERS", "RULES"]

@@ -1,0 +1,8 @@
+"""Drafters: everything that proposes tokens for the target to verify, behind one small interface."""
+from .base import Drafter, NoDraft, Proposal
+from .draft_model import DraftModelDrafter
+from .layer_skip import LayerSkipDrafter, default_skip_layers
+from .prompt_lookup import PromptLookupDrafter
+
+__all__ = ["Drafter", "NoDraft", "Proposal", "DraftModelDrafter", "LayerSkipDrafter", "PromptLookupDrafter",
+           "default_skip_layers"]

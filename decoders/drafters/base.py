@@ -1,0 +1,85 @@
+"""The drafter interface (transformers' candidate generator, reduced to what the loop needs).
+
+propose(ids, limit, ...) -> Proposal   a draft tree rooted at the pending token ids[-1], at most `limit` drafts
+observe(n_before, n_accepted)          after verification: roll the drafter's own state back to what was kept
+close()                                free caches; called from the loop's `finally`, also on cancel
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..rules import DraftRule
+from ..sampling import Warp, raw_probs, sample
+from ..tree import DraftTree
+
+
+@dataclass
+class Proposal:
+    tree: DraftTree
+    forwards: int = 0  # draft forward passes spent this round
+    checks: list[dict] = field(default_factory=list)  # the draft-length rule's per-position records
+    reason: str = "limit"  # why drafting stopped: "limit" | "rule" | "budget" | "no-match" | "eos" | "none"
+
+
+class Drafter:
+    name = "drafter"
+    offers_distribution = True  # False for copy-based drafters (their candidates are deterministic)
+
+    def start(self, ids: list[int]) -> None:
+        """The prompt is known (ids[-1] is the pending token); prefill any state of the drafter's own."""
+
+    def propose(self, ids: list[int], limit: int, rule: DraftRule, warp: Warp, generator: torch.Generator,
+                record: bool) -> Proposal:
+        raise NotImplementedError
+
+    def observe(self, n_before: int, n_accepted: int) -> None:
+        """ids had n_before tokens when the round began; the first n_accepted drafts were kept."""
+
+    def close(self) -> None:
+        """Release caches."""
+
+
+class NoDraft(Drafter):
+    """The autoregressive baseline: no draft, so every round is one plain target step."""
+
+    name = "none"
+
+    def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
+        return Proposal(DraftTree.root_only(ids[-1]), reason="none")
+
+
+def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], limit: int, rule: DraftRule,
+                warp: Warp, generator: torch.Generator, record: bool) -> Proposal:
+    """Draft up to `limit` tokens one at a time from a model-like `step(tokens) -> next logits (V,)`.
+
+    The rule judges the distribution for position j before a token is drawn from it; at temperature 0 it judges
+    the unwarped softmax (the warped one is one-hot, entropy 0, and would never stop). Returns a chain tree whose
+    node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
+    """
+    tree = DraftTree.root_only(first[-1])
+    proposal = Proposal(tree, reason="limit")
+    if limit <= 0:
+        proposal.reason = "budget"
+        return proposal
+    logits = step(first)  # (V,) for draft position 1
+    proposal.forwards = 1
+    for position in range(1, limit + 1):
+        q = warp.probs(logits)  # (V,) the distribution the draft token is drawn from
+        judged = raw_probs(logits) if warp.greedy and (record or rule.needs_distribution) else q  # (V,)
+        stop, check = rule.check(position, judged)
+        if record:
+            proposal.checks.append(check)
+        if stop:
+            proposal.reason = "rule"
+            break
+        token = int(logits.argmax()) if warp.greedy else sample(q, generator)
+        node = tree.add(position - 1, token, float(judged[token]) if record else None)
+        if not warp.greedy:
+            tree.q_dists[node - 1] = q  # children of node-1 were drawn from q
+        if position < limit:
+            logits = step([token])  # (V,) for the next position
+            proposal.forwards += 1
+    return proposal

@@ -1,0 +1,31 @@
+"""A separate, smaller draft model with its own KV cache (Leviathan et al.; Chen et al.)."""
+from __future__ import annotations
+
+from torch import nn
+
+from ..runner import CachedModel
+from .base import Drafter, Proposal, draft_chain
+
+
+class DraftModelDrafter(Drafter):
+    name = "draft-model"
+
+    def __init__(self, model: nn.Module):
+        self.runner = CachedModel(model)
+
+    def start(self, ids: list[int]) -> None:
+        if len(ids) > 1:
+            self.runner.forward(ids[:-1], last_only=True)  # prefill; the pending token is fed by propose
+
+    def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
+        unseen = ids[self.runner.length:]  # committed tokens the draft has not consumed: the pending one, maybe more
+        return draft_chain(lambda tokens: self.runner.forward(tokens, last_only=True)[-1], unseen, limit, rule,
+                           warp, generator, record)
+
+    def observe(self, n_before: int, n_accepted: int) -> None:
+        # The cache holds ids[:n_before] plus the drafts it was fed; keep only drafts that were accepted.
+        fed_drafts = self.runner.length - n_before
+        self.runner.drop_last(fed_drafts - min(fed_drafts, n_accepted))
+
+    def close(self) -> None:
+        self.runner.release()

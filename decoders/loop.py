@@ -1,0 +1,105 @@
+"""The one generation loop. Every chain method is this loop with a different drafter and draft-length rule;
+the autoregressive baseline is the same loop with a drafter that never drafts.
+
+It is a generator that yields the live trace after every round (streaming is the only mode; `api.generate`
+drains it). Closing the generator early (a Stop button) runs the `finally` that frees every cache.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import torch
+
+from .drafters import Drafter
+from .recorder import TraceBuilder
+from .rules import DraftRule
+from .runner import CachedModel
+from .sampling import Warp
+from .trace import Trace
+from .verify import verify_greedy, verify_sampling
+
+
+def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, warp: Warp, prompt_ids: list[int],
+               max_new_tokens: int, eos_ids: set[int], generator: torch.Generator,
+               builder: TraceBuilder) -> Iterator[Trace]:
+    """Decode until EOS or max_new_tokens, yielding the trace after every round."""
+    ids = list(prompt_ids)
+    clock = _Clock(target.device)
+    stop_reason = "cancelled"
+    try:
+        if len(ids) > 1:
+            target.forward(ids[:-1], last_only=True)  # prefill: the last prompt token is the first pending token
+        drafter.start(ids)
+        builder.trace.prefill_seconds = clock.lap()
+        produced = 0
+        while produced < max_new_tokens:
+            # 1. propose: at most budget - 1 drafts, so accepted drafts + the target's token never overshoot
+            limit = min(rule.limit() if rule else 0, max_new_tokens - produced - 1)
+            proposal = drafter.propose(ids, limit, rule, warp, generator, builder.record)
+            t_draft = clock.lap()
+            # 2. score every node in one target forward; 3. verify (the one verification core)
+            tree = proposal.tree
+            logits = target.forward_tree(tree)  # (N+1, V)
+            p = None if warp.greedy else warp.probs(logits)  # (N+1, V)
+            verdict = verify_greedy(tree, logits.argmax(-1).tolist()) if p is None else \
+                verify_sampling(tree, p, generator)
+            t_verify = clock.lap()
+            # 4. commit the accepted path and the target's own token, nothing after an end-of-sequence token
+            committed, hit_eos = _cut_at_eos([tree.tokens[n] for n in verdict.path] + [verdict.token], eos_ids)
+            target.keep_path(tree.size, [0] + verdict.path)
+            n_before = len(ids)
+            ids += committed
+            produced += len(committed)
+            # 5. let the drafter roll back and the rule learn
+            drafter.observe(n_before, verdict.n_accepted)
+            rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
+            seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": clock.lap()}
+            # 6. record (its own time is counted in the next round's draft phase, or after the last round)
+            builder.add_round(proposal, verdict, committed, logits, p, rule_after, rule.name if rule else None,
+                              limit, seconds)
+            builder.trace.decode_seconds = clock.total()
+            yield builder.trace
+            if hit_eos:
+                stop_reason = "eos"
+                break
+        else:
+            stop_reason = "max_new_tokens"
+    finally:
+        builder.trace.decode_seconds = clock.total()
+        builder.finish(stop_reason)
+        drafter.close()
+        target.release()
+
+
+def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
+    """Keep tokens up to and including the first EOS."""
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+class _Clock:
+    """Wall-clock laps, synchronized on CUDA so GPU work is counted where it happens."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.start = self.last = self._now()
+        self.prefill_end: float | None = None
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def lap(self) -> float:
+        now = self._now()
+        elapsed, self.last = now - self.last, now
+        if self.prefill_end is None:
+            self.prefill_end = now
+        return elapsed
+
+    def total(self) -> float:
+        """Decode time so far: since the end of prefill."""
+        return self._now() - (self.prefill_end or self.start)

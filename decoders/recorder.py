@@ -1,0 +1,110 @@
+"""Builds the trace while the loop runs. With record=False it keeps counters, ids and timings only."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .drafters import Proposal
+from .sampling import raw_probs
+from .stats import summarize
+from .trace import NodeRecord, RoundRecord, TokenRecord, Trace
+from .tree import depths
+from .verify import Verdict
+
+PROVENANCE_OF_SOURCE = {"bonus": "bonus", "resampled": "resampled", "baseline": "baseline"}
+
+
+class Detokenizer:
+    """Per-token text that concatenates to the decoded output, even when a character spans several tokens.
+
+    Each token is decoded together with the previous ones (vLLM's prefix/read offsets), so tokenizers that drop
+    a leading space at the start of a decode still give the right piece. A token that ends inside a multi-byte
+    character gets "" and the token that completes it carries the whole character.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str]):
+        self.decode = decode
+        self.ids: list[int] = []
+        self.prefix_offset = 0  # ids[prefix_offset:read_offset] is context whose text was already handed out
+        self.read_offset = 0
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        return self._advance(final=False)
+
+    def flush(self) -> str:
+        """Text of trailing tokens that never completed a character."""
+        return self._advance(final=True) if self.read_offset < len(self.ids) else ""
+
+    def _advance(self, final: bool) -> str:
+        prefix = self.decode(self.ids[self.prefix_offset:self.read_offset])
+        full = self.decode(self.ids[self.prefix_offset:])
+        if not final and (full.endswith("\ufffd") or not full.startswith(prefix)):
+            return ""  # wait: the last token ends inside a character
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full[len(prefix):]
+
+
+class TraceBuilder:
+    def __init__(self, trace: Trace, decode: Callable[[list[int]], str], record: bool):
+        self.trace = trace
+        self.decode = decode
+        self.record = record
+        self.detok = Detokenizer(decode)
+
+    def add_round(self, proposal: Proposal, verdict: Verdict, committed: list[int], logits: torch.Tensor,
+                  p: torch.Tensor | None, rule_after: dict, rule_name: str | None, limit: int,
+                  seconds: dict) -> RoundRecord:
+        """Append one round; `p` is the warped target (None under greedy), logits (N+1, V) the raw target output."""
+        index = len(self.trace.rounds)
+        provenance = ["accepted"] * (len(committed) - 1) + [PROVENANCE_OF_SOURCE[verdict.source]]
+        if len(committed) <= verdict.n_accepted:  # cut at an accepted EOS: every kept token was a draft
+            provenance = ["accepted"] * len(committed)
+        rnd = RoundRecord(index=index, n_drafted=proposal.tree.n_drafted, n_accepted=verdict.n_accepted,
+                          committed=list(committed), provenance=provenance, bonus_token=verdict.token,
+                          bonus_text="", bonus_source=verdict.source, target_forwards=1,
+                          draft_forwards=proposal.forwards, seconds=seconds)
+        if self.record:
+            rnd.bonus_text = self.decode([verdict.token])
+            rnd.nodes = self._nodes(proposal, verdict, logits, p)
+            if rule_name is not None:
+                rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
+                            **rule_after}
+        self.trace.rounds.append(rnd)
+        self._add_tokens(committed, provenance, index)
+        return rnd
+
+    def _add_tokens(self, committed: list[int], provenance: list[str], index: int) -> None:
+        for token, source in zip(committed, provenance):
+            self.trace.output_ids.append(token)
+            text = self.detok.push(token) if self.record else ""
+            self.trace.tokens.append(TokenRecord(token, text, source, index))
+            self.trace.output_text += text
+
+    def _nodes(self, proposal: Proposal, verdict: Verdict, logits: torch.Tensor,
+               p: torch.Tensor | None) -> list[NodeRecord]:
+        tree = proposal.tree
+        shown = raw_probs(logits) if p is None else p  # (N+1, V): at temperature 0 show the unwarped softmax
+        checks = {c.node: c for c in verdict.checks}
+        accepted = set(verdict.path)
+        depth = depths(tree.parents)
+        nodes = [NodeRecord(0, -1, tree.tokens[0], self.decode([tree.tokens[0]]), 0, None, None, None, None, "root")]
+        for i in range(1, tree.size):
+            check = checks.get(i)
+            status = "accepted" if i in accepted else "rejected" if check else "not_reached"
+            nodes.append(NodeRecord(i, tree.parents[i], tree.tokens[i], self.decode([tree.tokens[i]]), depth[i],
+                                    tree.q_token[i], float(shown[tree.parents[i], tree.tokens[i]]),
+                                    check.accept_prob if check else None, check.uniform if check else None, status))
+        return nodes
+
+    def finish(self, stop_reason: str) -> Trace:
+        self.trace.stop_reason = stop_reason
+        if not self.record:
+            self.trace.output_text = self.decode(self.trace.output_ids)
+        elif self.trace.tokens:
+            tail = self.detok.flush()
+            self.trace.tokens[-1].text += tail
+            self.trace.output_text += tail
+        self.trace.totals = summarize(self.trace)
+        return self.trace

@@ -1,0 +1,89 @@
+"""A model plus its KV cache: the forward passes every method needs, and nothing else.
+
+The cache is the only state; rollback is `drop_last` / `keep_path` (decoders/cache.py). Trees go through the stock
+transformers model with a 4-D float mask and explicit position ids: no forked model files, no hidden attributes.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from . import cache as kv
+from .tree import DraftTree, attention_mask_4d, position_ids
+
+
+class CachedModel:
+    """model + DynamicCache. `forward` appends its tokens to the cache and returns their logits."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = kv.new_cache(model)
+
+    @property
+    def length(self) -> int:
+        return kv.length(self.cache)
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], last_only: bool = False) -> torch.Tensor:
+        """Causal forward over `tokens` after the cache. Returns logits (n, V), or (1, V) if last_only."""
+        start = self.length
+        ids = torch.tensor([tokens], device=self.device)  # (1, n)
+        positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # (1, n)
+        out = self.model(input_ids=ids, position_ids=positions, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1 if last_only else 0)
+        return out.logits[0]  # (n, V) or (1, V)
+
+    @torch.inference_mode()
+    def forward_tree(self, tree: DraftTree) -> torch.Tensor:
+        """One forward over every node of `tree` (root first). Returns logits (N+1, V); row i predicts after node i."""
+        if tree.is_chain():  # a chain needs no custom mask: the causal one is the ancestor relation
+            return self.forward(tree.tokens)
+        start = self.length
+        ids = torch.tensor([tree.tokens], device=self.device)  # (1, N+1)
+        positions = position_ids(tree.parents, start).to(self.device)[None]  # (1, N+1): past_len + depth
+        mask = attention_mask_4d(tree.parents, start, self.model.dtype).to(self.device)  # (1, 1, N+1, L+N+1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                         use_cache=True)
+        return out.logits[0]  # (N+1, V)
+
+    def drop_last(self, n: int, layers: list[int] | None = None) -> None:
+        kv.drop_last(self.cache, n, layers)
+
+    def keep_path(self, block: int, keep: list[int]) -> None:
+        kv.keep_path(self.cache, block, keep)
+
+    def release(self) -> None:
+        """Free the cache tensors (called from `finally` when a run ends or is cancelled)."""
+        self.cache = kv.new_cache(self.model)
+
+
+class _PassThrough(nn.Module):
+    """Stands in for a skipped decoder layer: returns the hidden states untouched and writes no cache entry."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder's layer list (model.model.layers for Llama, Qwen2 and Gemma3 causal LMs)."""
+    return model.get_decoder().layers
+
+
+@contextmanager
+def skipping_layers(model: nn.Module, skip: set[int]):
+    """Temporarily replace the layers in `skip` by pass-throughs; always restored, even on error or cancel.
+
+    Layers keep their index, so per-layer cache slots and per-layer mask types (sliding vs full) stay right.
+    """
+    layers = decoder_layers(model)
+    saved = {i: layers[i] for i in sorted(skip)}
+    try:
+        for i in saved:
+            layers[i] = _PassThrough()
+        yield
+    finally:
+        for i, layer in saved.items():
+            layers[i] = layer

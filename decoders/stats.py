@@ -1,0 +1,60 @@
+"""Totals over a trace, with the conventions users know from vLLM and the EAGLE papers.
+
+τ (mean acceptance length) = output tokens / target verification forwards, so it includes the bonus token.
+Draft acceptance rate = accepted / drafted (vLLM). Per-position acceptance: of the rounds that drafted a token
+at depth i, the share whose accepted path reached depth i. Tokens/s count decode time only (after prefill).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .trace import Trace
+
+
+def summarize(trace: Trace) -> dict:
+    rounds = trace.rounds
+    tokens = len(trace.output_ids)
+    target_forwards = sum(r.target_forwards for r in rounds)
+    drafted = sum(r.n_drafted for r in rounds)
+    accepted = sum(r.n_accepted for r in rounds)
+    seconds = {k: sum(r.seconds.get(k, 0.0) for r in rounds) for k in ("draft", "verify", "bookkeeping")}
+    return {
+        "tokens": tokens,
+        "rounds": len(rounds),
+        "target_forwards": target_forwards,
+        "draft_forwards": sum(r.draft_forwards for r in rounds),
+        "drafted": drafted,
+        "accepted": accepted,
+        "tau": tokens / target_forwards if target_forwards else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "per_position_acceptance": per_position_acceptance(trace),
+        "accepted_histogram": accepted_histogram(trace),
+        "tokens_per_second": tokens / trace.decode_seconds if trace.decode_seconds > 0 else None,
+        "decode_seconds": trace.decode_seconds,
+        "prefill_seconds": trace.prefill_seconds,
+        "seconds": seconds,
+    }
+
+
+def per_position_acceptance(trace: Trace) -> list[float]:
+    """Entry i-1 = P(depth i accepted | a token was drafted at depth i)."""
+    depth = max((r.n_drafted for r in trace.rounds), default=0)
+    rates = []
+    for position in range(1, depth + 1):
+        offered = [r for r in trace.rounds if _draft_depth(r) >= position]
+        if offered:
+            rates.append(sum(r.n_accepted >= position for r in offered) / len(offered))
+    return rates
+
+
+def accepted_histogram(trace: Trace) -> dict[int, int]:
+    """How many rounds accepted k drafts, over rounds that offered any."""
+    counts = Counter(r.n_accepted for r in trace.rounds if r.n_drafted > 0)
+    return dict(sorted(counts.items()))
+
+
+def _draft_depth(rnd) -> int:
+    """Deepest drafted position: n_drafted for a chain; the deepest node for a tree."""
+    if rnd.nodes:
+        return max(n.depth for n in rnd.nodes)
+    return rnd.n_drafted

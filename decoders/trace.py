@@ -1,0 +1,179 @@
+"""The one trace format every method emits and the UI renders (plain data, JSON round trip).
+
+Schema (version 1), documented here and nowhere else; docs/trace-format.md is generated from this docstring.
+
+Trace
+  schema_version  int        bumped on any incompatible change
+  method          str        "baseline" | "speculative"
+  label           str        human label, e.g. "speculative · draft model · AdaEDL"
+  options         dict       the DecodeOptions the run used (see decoders/options.py)
+  models          dict       {"target": {name, dtype, device, source}, "draft": {...} | None}
+  precision       str        what the dtype means for losslessness
+  prompt, prompt_ids         the text and the token ids the target saw (chat template applied if chat=True)
+  output_ids, output_text    generated tokens only; output_text == "".join(t.text for t in tokens)
+  tokens          [TokenRecord]  per output token: id, text, provenance, round
+  rounds          [RoundRecord]  one per target verification forward
+  stop_reason     str        "eos" | "max_new_tokens" | "cancelled" | "context" | "" (still running)
+  prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
+  totals          dict       decoders/stats.py: summarize()
+
+Provenance of an output token: "accepted" (a draft token the target accepted), "resampled" (drawn from the
+residual norm(max(p - q, 0)) after a rejection), "bonus" (drawn from p after every draft on the path was
+accepted), "baseline" (a plain target step: the baseline method, or a round where no draft was offered).
+
+RoundRecord
+  index; n_drafted; n_accepted; committed (ids, cut at EOS); provenance (per committed token)
+  bonus_token, bonus_text, bonus_source ("bonus" | "resampled" | "baseline")
+  nodes [NodeRecord]: node 0 is the root (the pending token, already committed); per node id, parent, token,
+        text, depth, q (draft prob of the token under the distribution it was drawn from; None if deterministic),
+        p (target prob of the token after its parent), accept_prob, uniform (the U(0,1) draw; None under greedy),
+        status "root" | "accepted" | "rejected" | "not_reached". At temperature 0, p and q are the unwarped
+        softmax (temperature 1) for display; acceptance is argmax matching (accept_prob 1 or 0).
+  rule  {name, limit, reason, checks: [{position, entropy, confidence, bound, lam, stop}], lam, ar, lam_after,
+         ar_after, length_after}: the draft-length rule's internals (None for the baseline)
+  target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
+With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+SCHEMA_VERSION = 1
+PROVENANCE = ("accepted", "resampled", "bonus", "baseline")
+NODE_STATUS = ("root", "accepted", "rejected", "not_reached")
+
+
+class TraceError(ValueError):
+    """A trace file that does not match the schema."""
+
+
+@dataclass
+class NodeRecord:
+    id: int
+    parent: int
+    token: int
+    text: str
+    depth: int
+    q: float | None
+    p: float | None
+    accept_prob: float | None
+    uniform: float | None
+    status: str
+
+
+@dataclass
+class TokenRecord:
+    id: int
+    text: str
+    provenance: str
+    round: int
+
+
+@dataclass
+class RoundRecord:
+    index: int
+    n_drafted: int
+    n_accepted: int
+    committed: list[int]
+    provenance: list[str]
+    bonus_token: int
+    bonus_text: str
+    bonus_source: str
+    nodes: list[NodeRecord] = field(default_factory=list)
+    rule: dict | None = None
+    target_forwards: int = 1
+    draft_forwards: int = 0
+    seconds: dict = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
+
+
+@dataclass
+class Trace:
+    method: str
+    label: str
+    options: dict
+    models: dict
+    precision: str
+    prompt: str
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    output_text: str = ""
+    tokens: list[TokenRecord] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    stop_reason: str = ""
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    totals: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trace":
+        """Validate and rebuild; raises TraceError with a readable message on any mismatch."""
+        if not isinstance(data, dict):
+            raise TraceError("a trace must be a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceError(f"trace schema version {version!r} is not supported (this SpecLab reads {SCHEMA_VERSION})")
+        body = _pick(cls, data, "trace")
+        body["tokens"] = [TokenRecord(**_pick(TokenRecord, t, "token")) for t in _list(data, "tokens")]
+        body["rounds"] = [_round_from_dict(r) for r in _list(data, "rounds")]
+        trace = cls(**body)
+        _check_consistency(trace)
+        return trace
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        return cls.from_dict(data)
+
+
+def _round_from_dict(data: dict) -> RoundRecord:
+    body = _pick(RoundRecord, data, "round")
+    body["nodes"] = [NodeRecord(**_pick(NodeRecord, n, "node")) for n in _list(data, "nodes")]
+    return RoundRecord(**body)
+
+
+def _pick(cls, data: dict, what: str) -> dict:
+    """The dataclass's fields from `data`; missing required fields raise TraceError."""
+    if not isinstance(data, dict):
+        raise TraceError(f"each {what} must be a JSON object")
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    missing = sorted(required - data.keys())
+    if missing:
+        raise TraceError(f"{what} is missing field(s): {', '.join(missing)}")
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _list(data: dict, key: str) -> list:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise TraceError(f"'{key}' must be a list")
+    return value
+
+
+def _check_consistency(trace: Trace) -> None:
+    """The invariants a renderer relies on."""
+    if [t.id for t in trace.tokens] and [t.id for t in trace.tokens] != trace.output_ids:
+        raise TraceError("tokens[].id does not match output_ids")
+    for token in trace.tokens:
+        if token.provenance not in PROVENANCE:
+            raise TraceError(f"unknown provenance {token.provenance!r}; expected one of {PROVENANCE}")
+    for rnd in trace.rounds:
+        if rnd.n_accepted > rnd.n_drafted:
+            raise TraceError(f"round {rnd.index}: accepted ({rnd.n_accepted}) > drafted ({rnd.n_drafted})")
+        for node in rnd.nodes:
+            if node.status not in NODE_STATUS:
+                raise TraceError(f"round {rnd.index}: unknown node status {node.status!r}")
+            if node.id > 0 and not 0 <= node.parent < node.id:
+                raise TraceError(f"round {rnd.index}: node {node.id} has parent {node.parent} (must precede it)")
+

@@ -1,0 +1,60 @@
+"""Tiny random-init causal LMs built from configs (no downloads), float32, for exact checks."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+
+@dataclass
+class TinyLM:
+    """Satisfies decoders.api.LanguageModel without a tokenizer: token i is the text "<i>"."""
+
+    model: torch.nn.Module
+    name: str = "tiny"
+    eos_token_ids: tuple[int, ...] = ()
+    context_length: int = 256
+    dtype: torch.dtype = torch.float32
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    source: str = "random init"
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        vocab = self.model.config.vocab_size
+        return [ord(c) % vocab for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+    def with_eos(self, *eos: int) -> "TinyLM":
+        return TinyLM(self.model, self.name, tuple(eos), self.context_length)
+
+
+def tiny_llama(vocab: int = 64, seed: int = 0, layers: int = 2, scale: float = 0.3) -> TinyLM:
+    """A 2-layer Llama with weights large enough that next-token distributions are peaked, not uniform."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         initializer_range=scale, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).float().eval()
+    return TinyLM(model, name=f"tiny-llama-{seed}")
+
+
+def tiny_qwen2(vocab: int = 64, seed: int = 0, layers: int = 2, scale: float = 0.3) -> TinyLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         initializer_range=scale, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(config).float().eval()
+    return TinyLM(model, name=f"tiny-qwen2-{seed}")
+
+
+def noisy_copy(lm: TinyLM, noise: float = 0.05, seed: int = 1) -> TinyLM:
+    """The target with small weight noise: a good but imperfect draft."""
+    model = copy.deepcopy(lm.model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * noise * param.std().clamp_min(1e-3))
+    return TinyLM(model, name=lm.name + "-noisy", eos_token_ids=lm.eos_token_ids)
