@@ -32,6 +32,7 @@ def drop_last(cache: DynamicCache, n: int, layers: list[int] | None = None) -> N
         cache.layers[index].crop(-n)
 
 
+@torch.inference_mode()  # the cache tensors were made under inference mode; in-place writes must be too
 def keep_path(cache: DynamicCache, block: int, keep: list[int]) -> None:
     """The last `block` entries hold tree nodes 0..block-1; keep nodes `keep` (ascending, from 0) in that order.
 

@@ -47,10 +47,10 @@ def per_position_acceptance(trace: Trace) -> list[float]:
     return rates
 
 
-def accepted_histogram(trace: Trace) -> dict[int, int]:
-    """How many rounds accepted k drafts, over rounds that offered any."""
+def accepted_histogram(trace: Trace) -> list[int]:
+    """Entry k = how many rounds accepted exactly k drafts, over rounds that offered any (a list: JSON-safe)."""
     counts = Counter(r.n_accepted for r in trace.rounds if r.n_drafted > 0)
-    return dict(sorted(counts.items()))
+    return [counts.get(k, 0) for k in range(max(counts, default=-1) + 1)]
 
 
 def _draft_depth(rnd) -> int:

@@ -58,3 +58,15 @@ def noisy_copy(lm: TinyLM, noise: float = 0.05, seed: int = 1) -> TinyLM:
         for param in model.parameters():
             param.add_(torch.randn(param.shape, generator=generator) * noise * param.std().clamp_min(1e-3))
     return TinyLM(model, name=lm.name + "-noisy", eos_token_ids=lm.eos_token_ids)
+
+
+def tiny_gemma3(vocab: int = 64, seed: int = 0, layers: int = 4, sliding_window: int = 6) -> TinyLM:
+    """Gemma3 with sliding-window layers and a tiny window, so generation runs past the window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+                              sliding_window=sliding_window, initializer_range=0.3)
+    model = Gemma3ForCausalLM(config).float().eval()
+    return TinyLM(model, name=f"tiny-gemma3-{seed}")

@@ -1,0 +1,34 @@
+"""Shared fixtures. Tiny random-init models come from tests/tiny.py; real weights from decoders.models."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # `from tiny import ...`
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the tests may reach a model hub
+# One thread: tiny models gain nothing from two, and on a shared 2-core machine two processes with two OpenMP
+# threads each can slow each other down a hundredfold. Real-weight tests raise it (tests/test_real_models.py).
+torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: needs real weights (minutes on a 2-core CPU); still run by make test")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from tiny import tiny_llama
+
+    return tiny_llama(layers=4)
+
+
+@pytest.fixture(scope="session")
+def drafts(tiny):
+    """The three draft kinds the equality tests cover: the target itself, a noisy copy, an unrelated model."""
+    from tiny import noisy_copy, tiny_llama
+
+    return {"same": tiny, "noisy": noisy_copy(tiny, noise=0.02), "unrelated": tiny_llama(seed=7, layers=2)}
