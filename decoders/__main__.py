@@ -1,0 +1,101 @@
+"""Command line: `python -m decoders models` lists the registry; `python -m decoders run ...` decodes once.
+
+    python -m decoders run --model qwen2.5-coder-1.5b --method speculative --drafter draft-model --rule adaedl \
+        --prompt "Write a Python function that reverses a string." --max-new-tokens 64 --temperature 0 --trace out.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .api import generate
+from .options import DRAFTERS, DTYPES, METHODS, RULES, DecodeOptions, OptionsError
+from .trace import Trace
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m decoders", description="SpecLab decoding from the shell")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("models", help="list the model registry")
+    run = commands.add_parser("run", help="decode one prompt and print the text and a summary")
+    defaults = DecodeOptions()
+    run.add_argument("--model", default=defaults.model, help="registry name or hub id of the target")
+    run.add_argument("--method", default=defaults.method, choices=METHODS)
+    run.add_argument("--drafter", default=defaults.drafter, choices=DRAFTERS)
+    run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
+    run.add_argument("--rule", default=defaults.rule, choices=RULES, help="draft-length rule")
+    run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
+    run.add_argument("--max-draft", type=int, default=defaults.max_draft, help="cap for adaptive rules")
+    run.add_argument("--lam", type=float, default=None, help="initial λ (AdaEDL 0.5, max-confidence 0.4)")
+    run.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layer indices, e.g. 9,11,13")
+    run.add_argument("--ngram", type=int, default=defaults.ngram, help="prompt lookup: longest n-gram")
+    run.add_argument("--prompt", required=True)
+    run.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    run.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    run.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
+    run.add_argument("--top-k", type=int, default=defaults.top_k)
+    run.add_argument("--top-p", type=float, default=defaults.top_p)
+    run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument("--dtype", default=defaults.dtype, choices=DTYPES)
+    run.add_argument("--device", default=defaults.device, help="auto | cpu | cuda")
+    run.add_argument("--no-record", action="store_true", help="keep counters only (tokens are identical)")
+    run.add_argument("--trace", type=Path, default=None, help="write the trace JSON here")
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> DecodeOptions:
+    skip = None
+    if args.skip_layers:
+        try:
+            skip = tuple(int(x) for x in args.skip_layers.split(","))
+        except ValueError:
+            raise OptionsError(f"--skip-layers takes comma-separated integers, got {args.skip_layers!r}") from None
+    return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
+                         rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
+                         ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                         top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
+                         dtype=args.dtype, device=args.device, chat=not args.no_chat)
+
+
+def summary_line(trace: Trace) -> str:
+    t = trace.totals
+    rate = "n/a" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.2f}"
+    speed = "n/a" if t["tokens_per_second"] is None else f"{t['tokens_per_second']:.1f}"
+    return (f"[{trace.label}] tokens={t['tokens']} target_forwards={t['target_forwards']} "
+            f"tau={t['tau']:.2f} acceptance={rate} tok/s={speed} stop={trace.stop_reason} "
+            f"dtype={trace.models['target']['dtype']}")
+
+
+def list_models() -> None:
+    from .models import describe_models
+
+    for row in describe_models():
+        state = "installed" if row["installed"] else "hub only"
+        pair = f" draft={row['default_draft']}" if row.get("default_draft") else ""
+        print(f"{row['name']:<22} {row['role']:<7} {state:<10}{pair}  {row['description']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .models import ModelError
+
+    try:
+        if args.command == "models":
+            list_models()
+            return 0
+        options = options_from(args).validate()
+        trace = generate(options, args.prompt)
+    except (OptionsError, ModelError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(trace.output_text)
+    print(summary_line(trace))
+    if args.trace:
+        args.trace.write_text(trace.to_json(indent=1), encoding="utf-8")
+        print(f"trace written to {args.trace}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

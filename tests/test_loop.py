@@ -1,0 +1,60 @@
+"""The streaming loop: one yield per round, early stop frees everything, budgets are exact."""
+from __future__ import annotations
+
+import pytest
+
+from decoders import DecodeOptions, stream
+from decoders.runner import decoder_layers
+
+
+def test_stream_yields_once_per_round(tiny, drafts):
+    options = DecodeOptions(method="speculative", rule="static", gamma=3, max_new_tokens=20)
+    seen = [len(t.rounds) for t in stream(options, [1, 2, 3], target=tiny, draft=drafts["noisy"])]
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) > 1
+
+
+def test_closing_the_stream_restores_layers_and_frees_caches(tiny):
+    layers_before = list(decoder_layers(tiny.model))
+    options = DecodeOptions(method="speculative", drafter="layer-skip", skip_layers=(1, 2), max_new_tokens=30)
+    live = stream(options, [1, 2, 3, 4], target=tiny)
+    trace = next(live)
+    assert trace.rounds and trace.stop_reason == ""
+    live.close()  # what a Stop button does
+    assert trace.stop_reason == "cancelled" and trace.totals["tokens"] == len(trace.output_ids)
+    assert list(decoder_layers(tiny.model)) == layers_before
+
+
+def test_draft_cache_is_freed_on_cancel(tiny, drafts, monkeypatch):
+    from decoders.drafters import DraftModelDrafter
+
+    closed = []
+    original = DraftModelDrafter.close
+    monkeypatch.setattr(DraftModelDrafter, "close", lambda self: (closed.append(True), original(self)))
+    live = stream(DecodeOptions(method="speculative", max_new_tokens=30), [1, 2, 3], target=tiny,
+                  draft=drafts["noisy"])
+    next(live)
+    live.close()
+    assert closed == [True]
+
+
+def test_error_inside_a_draft_restores_layers(tiny, monkeypatch):
+    from decoders.drafters import base
+
+    layers_before = list(decoder_layers(tiny.model))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(base, "sample", broken)
+    options = DecodeOptions(method="speculative", drafter="layer-skip", temperature=1.0, max_new_tokens=5)
+    with pytest.raises(RuntimeError, match="boom"):
+        list(stream(options, [1, 2, 3], target=tiny))
+    assert list(decoder_layers(tiny.model)) == layers_before
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 9])
+def test_budget_is_exact_even_when_everything_is_accepted(tiny, budget):
+    options = DecodeOptions(method="speculative", rule="static", gamma=8, max_new_tokens=budget)
+    trace = list(stream(options, [5, 6], target=tiny, draft=tiny))[-1]
+    assert len(trace.output_ids) == budget and trace.stop_reason == "max_new_tokens"
+    assert all(r.n_drafted <= budget - 1 for r in trace.rounds)

@@ -1,0 +1,74 @@
+"""Invalid options fail fast, before any model loads, with a message that says how to fix them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from decoders import DecodeOptions, OptionsError, generate
+
+BAD = [
+    (dict(max_new_tokens=0), "max_new_tokens must be a whole number from 1"),
+    (dict(max_new_tokens=10**6), "max_new_tokens must be a whole number from 1 to 4096"),
+    (dict(temperature=-0.5), "temperature must be between 0"),
+    (dict(top_p=0.0), "top_p must be in"),
+    (dict(top_k=-1), "top_k must be 0"),
+    (dict(method="beam"), "unknown method 'beam'; choose one of: baseline, speculative"),
+    (dict(method="speculative", rule="entropy"), "unknown rule"),
+    (dict(method="speculative", drafter="prompt-lookup", rule="adaedl"), "prompt lookup copies tokens"),
+    (dict(method="speculative", gamma=0), "gamma must be a whole number"),
+    (dict(method="speculative", lam=1.5), "lam"),
+    (dict(method="speculative", drafter="layer-skip", skip_layers=(0, 3)), "layer 0 cannot be skipped"),
+    (dict(method="speculative", drafter="draft-model", skip_layers=(3,)), "skip_layers only applies"),
+    (dict(method="speculative", drafter="prompt-lookup", draft_model="x"), "draft_model only applies"),
+    (dict(dtype="int4"), "unknown dtype"),
+]
+
+
+@pytest.mark.parametrize("fields,message", BAD, ids=[m for _, m in BAD])
+def test_invalid_options_say_how_to_fix(fields, message):
+    with pytest.raises(OptionsError, match=message.replace("(", r"\(")):
+        DecodeOptions(**fields).validate()
+
+
+def test_prompt_errors(tiny):
+    with pytest.raises(OptionsError, match="prompt is empty"):
+        generate(DecodeOptions(), "   ", target=tiny)
+    with pytest.raises(OptionsError, match="exceeds .* context of 256 tokens; shorten the prompt"):
+        generate(DecodeOptions(max_new_tokens=100), [1] * 200, target=tiny)
+
+
+def test_layer_skip_out_of_range(tiny):
+    with pytest.raises(OptionsError, match="cannot skip layer"):
+        generate(DecodeOptions(method="speculative", drafter="layer-skip", skip_layers=(9,)), [1, 2], target=tiny)
+
+
+def test_draft_with_another_vocabulary_is_refused(tiny):
+    from tiny import tiny_llama
+
+    other = tiny_llama(vocab=32, seed=2)
+    with pytest.raises(OptionsError, match="same model family"):
+        generate(DecodeOptions(method="speculative"), [1, 2, 3], target=tiny, draft=other)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "decoders", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-new-tokens", "0"], "max_new_tokens must be a whole number"),
+    (["--temperature", "-1"], "temperature must be between 0"),
+    (["--method", "speculative", "--drafter", "prompt-lookup", "--rule", "adaedl"], "prompt lookup"),
+    (["--method", "speculative", "--skip-layers", "a,b", "--drafter", "layer-skip"], "--skip-layers takes"),
+    (["--model", "smolm2-135m"], "smollm2-135m"),  # a typo names the close match
+])
+def test_cli_fails_fast_without_traceback(args, message):
+    result = run_cli("run", "--prompt", "hi", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_unknown_method_is_an_argparse_error():
+    result = run_cli("run", "--prompt", "hi", "--method", "magic")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
