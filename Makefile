@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast cli bench-quick bench-pair
+.PHONY: setup demo test test-fast cli bench-quick bench-pair browser
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 	python3 -m venv $(VENV)
@@ -20,8 +20,14 @@ setup: $(STAMP)
 demo: setup
 	$(PY) app.py
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q tests
+
+# Headless Chromium for tests/test_browser.py, from Debian's packages (Playwright never downloads a browser).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"; \
+	else $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; fi
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests
@@ -30,3 +36,10 @@ cli: setup
 	$(PY) -m decoders run --model smollm2-135m --method speculative --drafter prompt-lookup \
 	  --prompt "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape." \
 	  --max-new-tokens 48 --temperature 0
+
+# Benchmarks (bench/README.md): results land in bench/results/<preset>.{json,md,png}; the table is printed last.
+bench-quick: setup
+	HF_HUB_OFFLINE=1 $(PY) -m bench --quick
+
+bench-pair: setup
+	HF_HUB_OFFLINE=1 $(PY) -m bench --pair
