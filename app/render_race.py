@@ -1,0 +1,158 @@
+"""The Race tab's views (pure): a results table, a speed chart, and Leviathan's expected-speedup curve.
+
+Leviathan et al. (2023), eq. for the expected walltime improvement of a chain draft of length γ:
+    S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))
+α = the per-token acceptance probability, c = the cost of one draft forward relative to one target forward.
+From the traces: γ = mean drafts per drafting round; c = (draft seconds / draft forwards) ÷ (baseline verify
+seconds / baseline target forwards); α̂ solves τ = (1 − α^(γ+1)) / (1 − α) (the expected tokens per round).
+"""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+from decoders.trace import Trace
+
+from .render_stats import totals
+from .render_tree import empty_figure
+
+
+def expected_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Leviathan's S(α, γ, c); the α → 1 limit is (γ + 1) / (γc + 1)."""
+    if alpha >= 1.0 - 1e-9:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+def alpha_from_tau(tau: float, gamma: float) -> float:
+    """Invert τ = (1 − α^(γ+1)) / (1 − α) by bisection (monotone in α)."""
+    if tau <= 1.0:
+        return 0.0
+    if tau >= gamma + 1:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if expected_speedup(mid, gamma, 0.0) < tau:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def race_row(trace: Trace, baseline: Trace | None) -> dict:
+    """One line of the race table (plain data)."""
+    t = totals(trace)
+    b = totals(baseline) if baseline is not None else None
+    speed = t["tokens_per_second"]
+    speedup = speed / b["tokens_per_second"] if b and speed and b["tokens_per_second"] else None
+    drafting = [r.n_drafted for r in trace.rounds if r.n_drafted > 0]
+    gamma = sum(drafting) / len(drafting) if drafting else 0.0
+    c = None
+    if trace.method == "speculative" and b:
+        per_target = b["seconds"]["verify"] / b["target_forwards"] if b["target_forwards"] else None
+        per_draft = t["seconds"]["draft"] / t["draft_forwards"] if t["draft_forwards"] else 0.0
+        c = per_draft / per_target if per_target else None
+    alpha = alpha_from_tau(t["tau"], gamma) if trace.method == "speculative" and t["tau"] and gamma else None
+    return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
+            "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
+            "identical": baseline is not None and trace.output_ids == baseline.output_ids,
+            "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
+
+
+HEADERS = [
+    ("method", "the decoding method and its options"),
+    ("tokens/s", "output tokens ÷ decode seconds, measured after a warm-up run, one method at a time"),
+    ("speedup", "this method's tokens/s ÷ the baseline's tokens/s on the same prompt and machine"),
+    ("τ", "mean acceptance length = output tokens ÷ target forwards (includes the bonus token)"),
+    ("acceptance", "accepted draft tokens ÷ drafted tokens"),
+    ("γ", "mean drafted tokens per round that drafted"),
+    ("c", "draft seconds per draft forward ÷ baseline target seconds per target forward"),
+    ("same as baseline", "whether the output tokens equal the baseline's; at temperature 0 they must "
+                         "(bfloat16 can drift on near-ties)"),
+]
+
+
+def race_table_html(rows: list[dict]) -> str:
+    if not rows:
+        return "<p>Press <b>Race</b> to run the baseline and the chosen methods on the same prompt.</p>"
+    head = "".join(f'<th title="{html.escape(h, quote=True)}">{html.escape(n)} <span class="sl-q">?</span></th>'
+                   for n, h in HEADERS)
+    body = []
+    for row in rows:
+        same = "—" if row["method"] == "baseline" else ("yes" if row["identical"] else
+                                                        "no" if row["greedy"] else "no (sampling)")
+        cells = [row["label"], _f(row["tokens_per_second"], "{:.1f}"), _f(row["speedup"], "{:.2f}×"),
+                 _f(row["tau"]), _f(row["acceptance_rate"], "{:.0%}"),
+                 _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), same]
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return f'<table class="sl-race"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _f(value, fmt: str = "{:.2f}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def speed_figure(rows: list[dict], height: int = 400) -> go.Figure:
+    if not rows:
+        return empty_figure("No race yet.", height)
+    top = max((r["tokens_per_second"] or 0 for r in rows), default=0) or 1.0
+    fig = go.Figure(go.Bar(
+        x=[_short(r["label"]) for r in rows], y=[r["tokens_per_second"] or 0 for r in rows], cliponaxis=False,
+        marker_color=["#3b7dd8" if r["method"] == "baseline" else "#2e9e44" for r in rows],
+        text=[_f(r["speedup"], "{:.2f}×") for r in rows], textposition="outside",
+        customdata=[[_f(r["speedup"], "{:.2f}×"), _f(r["tau"])] for r in rows],
+        hovertemplate="%{x}<br>%{y:.1f} tokens/s<br>speedup %{customdata[0]} over the baseline<br>"
+                      "τ = %{customdata[1]}<extra></extra>"))
+    fig.update_layout(title=dict(text="Tokens per second (label: speedup over the baseline)", font=dict(size=14)),
+                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white",
+                      yaxis=dict(title="tokens/s", gridcolor="#eee", range=[0, top * 1.2]))
+    return fig
+
+
+def _short(label: str) -> str:
+    """Bar labels: drop the 'speculative' prefix and break at the separators."""
+    return label.removeprefix("speculative · ").replace(" · ", "<br>")
+
+
+def leviathan_figure(rows: list[dict], height: int = 400) -> go.Figure:
+    """S(α, γ, c) over α for each speculative method, with its measured (α̂, speedup) point."""
+    spec = [r for r in rows if r["method"] == "speculative" and r["alpha"] is not None and r["c"] is not None]
+    if not spec:
+        return empty_figure("The expected-speedup curve appears once a speculative method has raced.", height)
+    fig = go.Figure()
+    palette = ["#2e9e44", "#e67e22", "#8e44ad"]
+    alphas = [i / 100 for i in range(0, 100)] + [0.995, 0.999]
+    for i, row in enumerate(spec):
+        color = palette[i % len(palette)]
+        gamma, c = row["gamma"], row["c"]
+        fig.add_trace(go.Scatter(
+            x=alphas, y=[expected_speedup(a, gamma, c) for a in alphas], mode="lines", line=dict(color=color),
+            name=f"S(α) {row['label']} (γ={gamma:.1f}, c={c:.2f})",
+            hovertemplate=f"α = %{{x:.2f}}<br>expected speedup S = %{{y:.2f}}× (γ = {gamma:.1f}, c = {c:.3f})"
+                          "<extra></extra>"))
+        predicted = expected_speedup(row["alpha"], gamma, c)
+        fig.add_trace(go.Scatter(
+            x=[row["alpha"]], y=[row["speedup"] or 0], mode="markers", marker=dict(size=13, color=color,
+                                                                                      symbol="star"),
+            name=f"measured: {row['label']}",
+            hovertemplate=f"measured speedup %{{y:.2f}}× at α̂ = %{{x:.2f}} (α̂ from τ = {row['tau']:.2f})<br>"
+                          f"the curve predicts {predicted:.2f}× there<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
+    formula = "S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
+    fig.update_layout(title=dict(text=f"Leviathan's expected speedup {formula}",
+                                 font=dict(size=13)),
+                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.3, x=0),
+                      xaxis=dict(title="α (per-token acceptance probability)", range=[0, 1], gridcolor="#eee"),
+                      yaxis=dict(title="speedup over the baseline", gridcolor="#eee", rangemode="tozero"))
+    return fig
+
+
+RACE_CSS = """
+.sl-race { border-collapse: collapse; font-size: 14px; }
+.sl-race th, .sl-race td { border-bottom: 1px solid var(--border-color-primary, #ddd); padding: 4px 10px;
+                           text-align: left; }
+.sl-race th { cursor: help; }
+"""

@@ -1,0 +1,118 @@
+"""The draft-length rule's internals (pure): per drafted position the entropy or confidence, the bound and λ with
+the stop marked, and λ / running acceptance / drafted length over rounds.
+
+AdaEDL stops before position j (j > 1) when the bound 1 − sqrt(γ·H(q)) falls below λ; max-confidence stops when
+max q falls below λ. Static and heuristic rules only choose a length; their panel shows the length per round.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from decoders.trace import Trace
+
+from .render_tree import empty_figure
+from .theme import STATUS_COLORS
+
+ADAPTIVE = ("adaedl", "max-confidence")
+
+
+def rule_name(trace: Trace) -> str | None:
+    return (trace.options or {}).get("rule") if trace.method == "speculative" else None
+
+
+def positions_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
+    """Per drafted position of round `index`: the judged quantity, the stop bound and λ, the stop marked."""
+    name = rule_name(trace)
+    if name not in ADAPTIVE:
+        text = "The baseline drafts nothing." if name is None else \
+            f"Rule '{name}' picks a length up front; it has no per-position stop test (try AdaEDL)."
+        return empty_figure(text, height)
+    if not trace.rounds:
+        return empty_figure("No rounds yet.", height)
+    index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
+    rnd = trace.rounds[index]
+    checks = (rnd.rule or {}).get("checks") or []
+    if not checks:
+        return empty_figure(f"Round {index + 1}: no per-position checks recorded.", height)
+    pos = [c["position"] for c in checks]
+    lam = [c.get("lam") for c in checks]
+    bound = [c.get("bound") for c in checks]
+    fig = go.Figure()
+    if name == "adaedl":
+        ent = [c.get("entropy") for c in checks]
+        fig.add_trace(go.Bar(x=pos, y=ent, name="entropy H(q) (nats)", marker_color="#c6dbef", width=0.5,
+                             hovertemplate="position %{x}<br>draft entropy H(q) = %{y:.3f} nats<extra></extra>"))
+        bound_name = "bound 1 − √(γ·H)"
+        bound_help = "AdaEDL's lower bound on the acceptance probability"
+    else:
+        bound_name = "confidence max q"
+        bound_help = "the draft's top probability"
+    fig.add_trace(go.Scatter(x=pos, y=bound, mode="lines+markers", name=bound_name, line=dict(color="#1f77b4"),
+                             yaxis="y2",
+                             hovertemplate=f"position %{{x}}<br>{bound_help} = %{{y:.3f}}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=pos, y=lam, mode="lines+markers", name="threshold λ", yaxis="y2",
+                             line=dict(color="#555", dash="dash"), marker=dict(size=4),
+                             hovertemplate="position %{x}<br>λ = %{y:.3f} (stop if the bound falls below it)"
+                                           "<extra></extra>"))
+    stops = [c for c in checks if c.get("stop")]
+    if stops:
+        fig.add_trace(go.Scatter(
+            x=[c["position"] for c in stops], y=[c.get("bound") for c in stops], mode="markers", name="stop",
+            yaxis="y2",
+            marker=dict(symbol="x", size=16, color=STATUS_COLORS["rejected"], line=dict(width=2)),
+            hovertemplate="stopped before drafting position %{x}: bound %{y:.3f} < λ<extra></extra>"))
+    fig.update_layout(
+        title=dict(text=f"Round {index + 1}: why drafting stopped where it did", font=dict(size=14)),
+        height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", barmode="overlay",
+        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        xaxis=dict(title="draft position", dtick=1, showgrid=False),
+        yaxis=dict(title="entropy (nats)", side="right", showgrid=False, rangemode="tozero",
+                   visible=name == "adaedl"),
+        yaxis2=dict(title="bound / λ", range=[min(0.0, *[b for b in bound if b is not None]) - 0.05, 1.05],
+                    overlaying="y", side="left", gridcolor="#eee"),
+    )
+    return fig
+
+
+def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
+    """Over rounds: drafted and accepted counts; for AdaEDL / max-confidence also λ and the running acceptance."""
+    name = rule_name(trace)
+    if name is None:
+        return empty_figure("The baseline has no draft-length rule.", height)
+    if not trace.rounds:
+        return empty_figure("No rounds yet.", height)
+    xs = [r.index + 1 for r in trace.rounds]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=xs, y=[r.n_drafted for r in trace.rounds], name="drafted", marker_color="#c7c7c7",
+                         hovertemplate="round %{x}: %{y} tokens drafted<extra></extra>", yaxis="y2"))
+    fig.add_trace(go.Bar(x=xs, y=[r.n_accepted for r in trace.rounds], name="accepted",
+                         marker_color=STATUS_COLORS["accepted"], yaxis="y2",
+                         hovertemplate="round %{x}: %{y} drafts accepted<extra></extra>"))
+    if name in ADAPTIVE:
+        lam = [_after(r.rule, "lam") for r in trace.rounds]
+        ar = [_after(r.rule, "ar") for r in trace.rounds]
+        fig.add_trace(go.Scatter(x=xs, y=lam, mode="lines+markers", name="λ after the round",
+                                 line=dict(color="#555"),
+                                 hovertemplate="round %{x}: λ = %{y:.3f} (raised when acceptance is low)"
+                                               "<extra></extra>"))
+        fig.add_trace(go.Scatter(x=xs, y=ar, mode="lines", name="running acceptance AR", line=dict(color="#ff7f0e"),
+                                 hovertemplate="round %{x}: running acceptance ratio AR = %{y:.3f} "
+                                               "(target α = 0.9)<extra></extra>"))
+    if index is not None and 0 <= int(index) < len(xs):
+        fig.add_vline(x=int(index) + 1, line=dict(color="#1f77b4", width=1, dash="dot"))
+    fig.update_layout(
+        title=dict(text="Draft length over rounds" + (" with λ and running acceptance" if name in ADAPTIVE else ""),
+                   font=dict(size=14)),
+        height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", barmode="overlay",
+        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        xaxis=dict(title="round", showgrid=False),
+        yaxis=dict(title="λ / AR", range=[0, 1.05], gridcolor="#eee", visible=name in ADAPTIVE),
+        yaxis2=dict(title="tokens", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
+    )
+    return fig
+
+
+def _after(rule: dict | None, key: str):
+    """The rule's state after a round (the trace writes lam/ar; lam_after/ar_after in the documented form)."""
+    rule = rule or {}
+    return rule.get(f"{key}_after", rule.get(key))

@@ -1,0 +1,212 @@
+"""One round's draft tree as an interactive plotly figure (pure: trace in, figure out; no torch, no models).
+
+networkx holds the graph; the layout is a tidy left-to-right layered drawing: x = depth, every leaf gets the next
+row in depth-first order (siblings ordered by node id, so the order is the same every round), and a parent sits
+centred on its first and last child. Subtrees occupy disjoint row intervals, so no two edges cross.
+
+The token the target added itself (bonus after a fully accepted path, or the resampled token after a rejection)
+is drawn as an extra node hanging off the last accepted node.
+"""
+from __future__ import annotations
+
+import html
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from decoders.trace import RoundRecord, Trace
+
+from .theme import STATUS_COLORS, STATUS_LABELS, visible_token
+
+EXTRA = "extra"  # the graph attribute marking the target's own token
+ROW_GAP = 1.0
+
+
+def round_graph(rnd: RoundRecord) -> nx.DiGraph:
+    """Nodes of one round plus the target's own token (id = len(nodes)), edges parent -> child."""
+    graph = nx.DiGraph()
+    nodes = rnd.nodes or []
+    for node in nodes:
+        graph.add_node(node.id, status=node.status, text=node.text, depth=node.depth, record=node)
+        if node.parent >= 0:
+            graph.add_edge(node.parent, node.id)
+    if not nodes:  # recorded without nodes (record=False): the root alone
+        graph.add_node(0, status="root", text="", depth=0, record=None)
+    anchor = _last_accepted(graph)
+    extra = max(graph.nodes) + 1
+    status = rnd.bonus_source if rnd.bonus_source in STATUS_COLORS else "bonus"
+    graph.add_node(extra, status=status, text=rnd.bonus_text, depth=graph.nodes[anchor]["depth"] + 1,
+                   record=None, **{EXTRA: True})
+    graph.add_edge(anchor, extra)
+    return graph
+
+
+def _last_accepted(graph: nx.DiGraph) -> int:
+    """The deepest node on the accepted path (the root if nothing was accepted)."""
+    node = 0
+    while True:
+        nxt = [c for c in sorted(graph.successors(node)) if graph.nodes[c]["status"] == "accepted"]
+        if not nxt:
+            return node
+        node = nxt[0]
+
+
+def tidy_layout(graph: nx.DiGraph, root: int = 0) -> dict[int, tuple[float, float]]:
+    """Left-to-right layered layout: (x, y) = (depth, row). Iterative, O(n); children in sorted id order."""
+    pos: dict[int, tuple[float, float]] = {}
+    next_row = 0.0
+    depth = {root: 0}
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = sorted(graph.successors(node))
+        if not done:
+            stack.append((node, True))
+            for child in reversed(children):
+                depth[child] = depth[node] + 1
+                stack.append((child, False))
+            continue
+        if children:
+            y = (pos[children[0]][1] + pos[children[-1]][1]) / 2
+        else:
+            y, next_row = next_row, next_row + ROW_GAP
+        pos[node] = (float(depth[node]), y)
+    return pos
+
+
+def _checks_by_position(rnd: RoundRecord) -> dict[int, dict]:
+    rule = rnd.rule or {}
+    return {int(c.get("position", 0)): c for c in rule.get("checks", []) or []}
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dict]) -> str:
+    data = graph.nodes[node]
+    status = data["status"]
+    token = html.escape(repr(data["text"]))
+    lines = [f"<b>{token}</b>  ({STATUS_LABELS.get(status, status)})"]
+    record = data.get("record")
+    if status == "root":
+        lines.append("the pending token: already committed, the target scores its children")
+    elif data.get(EXTRA):
+        source = {"bonus": "drawn from the target's p after every draft on the path was accepted",
+                  "resampled": "drawn from the residual norm(max(p − q, 0)) after a rejection",
+                  "baseline": "a plain target step (no draft this round)"}.get(status, "")
+        lines.append(f"the target's own token: {source}")
+    elif record is not None:
+        lines.append(f"q (draft prob of this token) = {_fmt(record.q)}")
+        lines.append(f"p (target prob after its parent) = {_fmt(record.p)}")
+        lines.append(f"acceptance prob min(1, p/q) = {_fmt(record.accept_prob)}")
+        lines.append(f"uniform draw u = {_fmt(record.uniform)}" + ("" if record.uniform is not None
+                                                                   else " (greedy: accept iff argmax matches)"))
+        check = checks.get(data["depth"])
+        if check:
+            if check.get("entropy") is not None:
+                lines.append(f"draft entropy H = {_fmt(check['entropy'])} nats")
+            if check.get("confidence") is not None:
+                lines.append(f"draft confidence max q = {_fmt(check['confidence'])}")
+            if check.get("bound") is not None:
+                lines.append(f"rule bound = {_fmt(check['bound'])} vs λ = {_fmt(check.get('lam'))}")
+    lines.append(f"depth {data['depth']} · node {node}")
+    return "<br>".join(lines)
+
+
+def tree_height(trace: Trace) -> int:
+    """One height for the whole run (from its widest round), so the page does not jump while scrubbing."""
+    widest = max((sum(1 for n in r.nodes if not any(m.parent == n.id for m in r.nodes)) for r in trace.rounds),
+                 default=1)
+    return max(260, min(640, 190 + 55 * (widest + 1)))
+
+
+def tree_figure(trace: Trace, index: int | None = None, height: int | None = None) -> go.Figure:
+    """The draft tree of round `index` (default: the last round)."""
+    height = height or tree_height(trace)
+    if not trace.rounds:
+        return empty_figure("No rounds yet: press Run, or load a recorded trace.", height)
+    index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
+    rnd = trace.rounds[index]
+    graph = round_graph(rnd)
+    pos = tidy_layout(graph)
+    checks = _checks_by_position(rnd)
+    fig = go.Figure()
+    _add_edges(fig, graph, pos)
+    for status in STATUS_COLORS:
+        ids = [n for n in graph.nodes if graph.nodes[n]["status"] == status]
+        if ids:
+            _add_nodes(fig, graph, pos, ids, status, rnd, checks)
+    depth_max = max(_max_depth(trace), max(x for x, _ in pos.values()))
+    rows = max(y for _, y in pos.values())
+    fig.update_layout(
+        title=dict(text=_title(trace, rnd), font=dict(size=14)), height=height, showlegend=True,
+        legend=dict(orientation="h", y=-0.12, x=0, yanchor="top"), margin=dict(l=10, r=10, t=40, b=10),
+        hovermode="closest", plot_bgcolor="white", dragmode="pan",
+        xaxis=dict(range=[-0.6, depth_max + 0.6], showgrid=False, zeroline=False, dtick=1, showticklabels=True,
+                   ticks="outside", ticklen=3, tickfont=dict(size=10, color="#888")),
+        yaxis=dict(range=[rows + 0.8, -0.8], showgrid=False, zeroline=False, showticklabels=False),
+    )
+    return fig
+
+
+def _max_depth(trace: Trace) -> int:
+    """A fixed x range for the whole run, so the drawing stays put while scrubbing."""
+    options = trace.options or {}
+    if trace.method != "speculative":
+        return 1
+    cap = max(int(options.get("gamma", 1) or 1), int(options.get("max_draft", 1) or 1))
+    if options.get("rule") == "static":
+        cap = int(options.get("gamma", 1) or 1)
+    seen = max((n.depth for r in trace.rounds for n in r.nodes), default=0)
+    return max(cap, seen) + 1
+
+
+def _title(trace: Trace, rnd: RoundRecord) -> str:
+    reason = (rnd.rule or {}).get("reason", "")
+    why = {"rule": "stopped by the rule", "limit": "hit the draft limit", "budget": "token budget",
+           "no-match": "no n-gram match", "eos": "drafted end-of-sequence", "none": "no drafting"}.get(reason, reason)
+    head = f"Round {rnd.index + 1}/{len(trace.rounds)}: {rnd.n_accepted} of {rnd.n_drafted} drafts accepted"
+    if trace.method != "speculative":
+        head = f"Round {rnd.index + 1}/{len(trace.rounds)}: a plain target step (baseline)"
+    return head + (f" · {why}" if why and trace.method == "speculative" else "")
+
+
+def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
+    groups = {"path": ([], []), "extra": ([], []), "other": ([], [])}
+    for parent, child in graph.edges:
+        data = graph.nodes[child]
+        key = "extra" if data.get(EXTRA) else "path" if data["status"] == "accepted" else "other"
+        xs, ys = groups[key]
+        xs += [pos[parent][0], pos[child][0], None]
+        ys += [pos[parent][1], pos[child][1], None]
+    styles = {"path": dict(color=STATUS_COLORS["accepted"], width=4),
+              "extra": dict(color=STATUS_COLORS["bonus"], width=2, dash="dot"),
+              "other": dict(color="#b8b8b8", width=1.5)}
+    for key, (xs, ys) in groups.items():
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=styles[key], hoverinfo="skip",
+                                     showlegend=False, name=f"edges:{key}"))
+
+
+def _add_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, ids: list[int], status: str, rnd: RoundRecord,
+               checks: dict) -> None:
+    symbol = "x" if status == "rejected" else "diamond" if graph.nodes[ids[0]].get(EXTRA) else "circle"
+    fig.add_trace(go.Scatter(
+        x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name=STATUS_LABELS[status],
+        text=[visible_token(graph.nodes[n]["text"], 14) for n in ids], textposition="top center",
+        textfont=dict(size=13, color="#222"),
+        marker=dict(size=18, color=STATUS_COLORS[status], symbol=symbol, line=dict(width=1, color="#333"),
+                    opacity=0.55 if status == "not_reached" else 1.0),
+        customdata=[[n, status] for n in ids], meta=status,
+        hovertext=[_hover(graph, n, rnd, checks) for n in ids], hovertemplate="%{hovertext}<extra></extra>",
+    ))
+
+
+def empty_figure(message: str, height: int = 300) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=13, color="#666"))
+    fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=20, b=10))
+    return fig

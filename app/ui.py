@@ -1,0 +1,270 @@
+"""Layout: `build_demo()` returns the gr.Blocks; app.py launches it. Handlers live in handlers.py and race.py."""
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from decoders.options import DecodeOptions
+
+from . import handlers, race
+from .render_race import RACE_CSS, leviathan_figure, race_table_html, speed_figure
+from .render_stats import STATS_CSS
+from .theme import PROVENANCE_COLORS, PROVENANCE_HELP
+from .views import OUTPUTS, ROUND_OUTPUTS, full_views, read_trace_file, recorded_traces
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+FALLBACK_MODELS = [("smollm2-135m", "single"), ("qwen2.5-coder-1.5b", "target"), ("qwen2.5-coder-0.5b", "draft"),
+                   ("gemma3-270m", "single")]
+CSS = STATS_CSS + RACE_CSS + """
+#sl-text { font-size: 15px; line-height: 1.7; }
+#sl-text .token-container { margin: 0 !important; }
+#sl-text .token { margin: 1px 0 !important; padding: 0 1px !important; border-radius: 3px !important;
+                  white-space: pre-wrap; }
+#sl-text .textfield { gap: 0 !important; }
+.sl-legend { font-size: 13px; opacity: 0.9; }
+.sl-legend span { display: inline-block; margin-right: 14px; cursor: help; }
+.sl-legend i { display: inline-block; width: 11px; height: 11px; border-radius: 3px; margin-right: 4px; }
+"""
+INTRO = """# SpecLab · watch speculative decoding think
+A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
+longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
+rounds. Hover over anything with a number for what it means."""
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """(label, name) pairs from the registry; a fixed list when decoders/models.py is not importable."""
+    try:
+        from decoders.models import describe_models
+
+        rows = describe_models()
+        return [(f"{r['name']} · {r['role']}" + ("" if r.get("installed", True) else " (hub download)"), r["name"])
+                for r in rows]
+    except Exception:
+        return [(f"{name} · {role}", name) for name, role in FALLBACK_MODELS]
+
+
+def example_prompts() -> list[dict]:
+    try:
+        return json.loads((ASSETS / "prompts.json").read_text(encoding="utf-8"))["prompts"]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def legend_html() -> str:
+    items = "".join(f'<span title="{PROVENANCE_HELP[k]}"><i style="background:{c}"></i>{k}</span>'
+                    for k, c in PROVENANCE_COLORS.items())
+    return f'<div class="sl-legend">Token colours: {items}</div>'
+
+
+def _controls() -> dict:
+    d = DecodeOptions()
+    c = {}
+    c["prompt"] = gr.Textbox(label="Prompt", lines=4, elem_id="sl-prompt", value=example_prompts()[0]["prompt"]
+                             if example_prompts() else "", info="The model sees it through its chat template "
+                             "(untick 'chat template' under Sampling for raw continuation).")
+    with gr.Row():
+        c["run_btn"] = gr.Button("Run", variant="primary", elem_id="sl-run")
+        c["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="sl-stop")
+    c["model"] = gr.Dropdown(model_choices(), value=d.model, label="Target model", allow_custom_value=True,
+                             info="The model whose output must not change. Loads on first use (seconds, with "
+                                  "progress); cached afterwards.")
+    c["dtype"] = gr.Radio(["auto", "float32", "bfloat16"], value="auto", label="Number format (dtype)",
+                          info="auto = bfloat16 where this machine runs it faster (measured once), else float32. "
+                               "float32 makes greedy output equal the baseline token for token; bfloat16 is "
+                               "lossless only up to rounding.")
+    c["method"] = gr.Radio(["baseline", "speculative"], value="speculative", label="Method",
+                           info="baseline: one target forward per token. speculative: draft, then verify.")
+    with gr.Accordion("Speculation", open=True):
+        c["drafter"] = gr.Radio(["draft-model", "prompt-lookup", "layer-skip"], value="layer-skip", label="Drafter",
+                                info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
+                                     "followed the same n-gram earlier in the text. layer-skip: the target itself "
+                                     "with some layers skipped.")
+        c["draft_model"] = gr.Dropdown([handlers.DEFAULT_DRAFT] + [n for _, n in model_choices()],
+                                       value=handlers.DEFAULT_DRAFT, label="Draft model",
+                                       info="Only for the draft-model drafter; must share the target's vocabulary "
+                                            "(qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b).")
+        c["rule"] = gr.Radio(["static", "heuristic", "max-confidence", "adaedl"], value="adaedl",
+                             label="Draft-length rule",
+                             info="static: always γ tokens. heuristic: +2 after a full accept, −1 otherwise. "
+                                  "max-confidence: stop when the draft's top probability < λ. AdaEDL: stop when "
+                                  "1 − √(γ·entropy) < λ; λ adapts to the running acceptance.")
+        c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
+                               info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
+                                    "copied per match.")
+        c["max_draft"] = gr.Slider(1, 16, value=d.max_draft, step=1, label="max draft (L_max)",
+                                   info="Cap on drafted tokens per round for heuristic, max-confidence and AdaEDL.")
+        c["lam"] = gr.Slider(0.0, 1.0, value=0.5, step=0.01, label="initial λ",
+                             info="Stop threshold at the start (AdaEDL default 0.5, max-confidence 0.4); it then "
+                                  "moves with the running acceptance.")
+        c["ngram"] = gr.Slider(1, 8, value=d.ngram, step=1, label="n-gram (prompt lookup)",
+                               info="Longest tail n-gram to look up in the text so far (tries n, n−1, …, 1).")
+        c["skip_layers"] = gr.Textbox(label="Layers to skip (layer-skip)", placeholder="e.g. 9,11,13",
+                                      info="Comma-separated layer indices; blank = every odd layer in the middle "
+                                           "of the stack. Layer 0 always runs.")
+    with gr.Accordion("Sampling and length", open=False):
+        c["max_new_tokens"] = gr.Slider(1, 512, value=64, step=1, label="max new tokens", elem_id="sl-max-tokens",
+                                        info="Stop after this many generated tokens (prompt + this must fit the "
+                                             "model's context).")
+        c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="temperature",
+                                     info="0 = greedy (accept a draft iff it is the target's argmax); above 0, "
+                                          "rejection sampling keeps the target's distribution exactly.")
+        c["top_k"] = gr.Slider(0, 100, value=d.top_k, step=1, label="top-k",
+                               info="Keep only the k most likely tokens (0 = off). Applied to draft and target.")
+        c["top_p"] = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p",
+                               info="Keep the smallest set of tokens with this much probability (1 = off).")
+        c["seed"] = gr.Number(value=d.seed, precision=0, label="seed",
+                              info="Seeds every random draw (sampling and the acceptance tests): same seed, "
+                                   "same run.")
+        c["chat"] = gr.Checkbox(value=d.chat, label="chat template",
+                                info="Wrap the prompt in the model's chat template.")
+        c["live"] = gr.Checkbox(value=True, label="stream every round",
+                                info="Draw while decoding (a few updates per second). Untick for cleaner "
+                                     "timings: drawing happens inside the timed loop.")
+    return c
+
+
+def _outputs(initial: dict) -> dict:
+    o = {}
+    o["status"] = gr.Markdown(initial.get("status", ""), elem_id="sl-status")
+    o["error"] = gr.HTML(initial.get("error", ""), elem_id="sl-error")
+    o["text"] = gr.HighlightedText(initial.get("text"), label="Output, coloured by where each token came from "
+                                   "(click a token to see its round)", color_map=PROVENANCE_COLORS,
+                                   show_legend=False, show_inline_category=False, combine_adjacent=False,
+                                   elem_id="sl-text", interactive=False)
+    gr.HTML(legend_html())
+    n_rounds = len(initial["state"].rounds) if initial.get("state") is not None else 1
+    o["slider"] = gr.Slider(1, max(n_rounds, 2), value=n_rounds, step=1, label="Round", elem_id="sl-round",
+                            info="Scrub through the rounds: the tree and the rule panel redraw that round.")
+    o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round", elem_id="sl-tree")
+    with gr.Row(elem_id="sl-rule-row"):
+        o["positions"] = gr.Plot(initial.get("positions"), label="Rule: per drafted position", elem_id="sl-positions")
+        o["rounds"] = gr.Plot(initial.get("rounds"), label="Rule: over rounds", elem_id="sl-rounds")
+    o["stats"] = gr.HTML(initial.get("stats", ""), elem_id="sl-stats")
+    o["stats_plot"] = gr.Plot(initial.get("stats_plot"), label="Acceptance and time", elem_id="sl-stats-plot")
+    return o
+
+
+def _as_tuple(names, comps):
+    """Handler dict -> the tuple Gradio expects; missing names are left unchanged."""
+    def convert(result: dict):
+        return tuple(result[n] if n in result else gr.skip() for n in names)
+    return convert
+
+
+def _with_specials(fn, names) -> None:
+    """Give a *args handler an explicit signature (inputs..., request, progress) so Gradio injects gr.Request and
+    tracks gr.Progress: it only looks for them among positional parameters, never after *args."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(n, kind) for n in names]
+    params += [inspect.Parameter("request", kind, annotation=gr.Request),
+               inspect.Parameter("progress", kind, default=gr.Progress())]
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {"request": gr.Request}
+
+
+def build_demo() -> gr.Blocks:
+    recorded = recorded_traces(ASSETS / "traces")
+    first = next(iter(recorded.values()), None)
+    initial, first_trace = {}, None
+    if first is not None:
+        first_trace = read_trace_file(first)
+        initial = full_views(first_trace, status="Showing a recorded run: press Run to decode live.")
+    with gr.Blocks(title="SpecLab: watch speculative decoding think") as demo:
+        gr.Markdown(INTRO)
+        with gr.Tab("Generate", id="generate"):
+            with gr.Row():
+                with gr.Column(scale=1, min_width=340):
+                    c = _controls()
+                    with gr.Accordion("Traces: recorded, upload, download", open=True):
+                        c["recorded"] = gr.Dropdown(list(recorded), value=next(iter(recorded), None),
+                                                    label="Recorded runs", elem_id="sl-recorded",
+                                                    info="Made with the real smollm2-135m; replayed without a model.")
+                        c["upload"] = gr.File(label="Load a trace JSON (max 20 MB)", file_types=[".json"],
+                                              type="filepath", elem_id="sl-upload")
+                        download = gr.DownloadButton("Download this trace (JSON)", value=str(first) if first else None,
+                                                     elem_id="sl-download")
+                with gr.Column(scale=2):
+                    o = _outputs(initial)
+            examples = example_prompts()
+            if examples:
+                gr.Examples([[e["prompt"], e["suggest"]["method"], e["suggest"]["drafter"], e["suggest"]["rule"]]
+                             for e in examples], [c["prompt"], c["method"], c["drafter"], c["rule"]],
+                            example_labels=[f"{e['kind']}: {e['title']}" for e in examples], label="Example prompts")
+        state = gr.State(first_trace)
+        outs = {**o, "state": state, "download": download}
+        out_list = [outs[n] for n in OUTPUTS]
+        to_tuple = _as_tuple(OUTPUTS, outs)
+        inputs = [c[n] for n in handlers.RUN_INPUTS]
+
+        n_in = len(handlers.RUN_INPUTS)
+
+        def run_fn(*args):  # (controls..., request, progress): see _with_specials
+            values, request, progress = args[:n_in], args[n_in], args[n_in + 1]
+            for result in handlers.run(*values, progress=progress, session=getattr(request, "session_hash", None)):
+                yield to_tuple(result)
+
+        _with_specials(run_fn, handlers.RUN_INPUTS)
+
+        def stop_fn(trace, request: gr.Request):
+            return to_tuple(handlers.stop(trace, request.session_hash))
+
+        # concurrency_id "decode", limit 1: one generation at a time (see handlers.DECODE_LOCK for why).
+        run_ev = c["run_btn"].click(run_fn, inputs, out_list, concurrency_limit=1, concurrency_id="decode",
+                                    api_name="run")
+        c["stop_btn"].click(stop_fn, [state], out_list, cancels=[run_ev], api_name="stop")
+        round_list = [outs[n] for n in ROUND_OUTPUTS]
+        o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
+                          [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
+        sel_names = ROUND_OUTPUTS + ("slider",)
+
+        def select_fn(tr, evt: gr.SelectData):
+            result = handlers.select_token(tr, evt)
+            return tuple(result.get(n, gr.skip()) for n in sel_names)
+
+        o["text"].select(select_fn, [state], [outs[n] for n in sel_names], api_name="select_token")
+        c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
+        c["recorded"].input(lambda name: to_tuple(handlers.load_trace(recorded.get(name), "recorded")),
+                            [c["recorded"]], out_list, api_name="load_recorded")
+        c["rule"].input(lambda r: 0.4 if r == "max-confidence" else gr.skip(), [c["rule"]], [c["lam"]])
+        with gr.Tab("Race", id="race"):
+            _race_tab(c)
+    return demo
+
+
+def _race_tab(c: dict) -> None:
+    gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
+                "after a short warm-up and with recording off. Uses the prompt, model, number format, draft model "
+                "and sampling settings from the Generate tab.")
+    with gr.Row():
+        methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
+                                   elem_id="sl-race-methods",
+                                   info="Draft-model methods need a target with a draft pairing "
+                                        "(qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab.")
+        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)",
+                                info="Tokens per run; every method runs twice (warm-up + timed).")
+    race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
+    r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
+         "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
+    with gr.Row():
+        r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
+        r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
+    to_tuple = _as_tuple(race.RACE_OUTPUTS, r)
+    inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
+
+    def race_fn(*args):  # (inputs..., request, progress): see _with_specials
+        for result in race.race(*args[:len(inputs)], progress=args[len(inputs) + 1]):
+            yield to_tuple(result)
+
+    _with_specials(race_fn, race.RACE_INPUTS)
+
+    race_btn.click(race_fn, inputs, [r[n] for n in race.RACE_OUTPUTS], concurrency_limit=1,
+                   concurrency_id="decode", api_name="race")
+
+
+def launch_kwargs() -> dict:
+    """What app.py and the tests pass to launch() (Gradio 6 takes css/theme there, not in Blocks)."""
+    return {"css": CSS, "theme": gr.themes.Soft(), "max_file_size": "50mb"}

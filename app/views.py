@@ -1,0 +1,107 @@
+"""Everything the Generate tab shows for a trace, bundled (pure: trace in, component values out)."""
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+from pathlib import Path
+
+from decoders.trace import Trace
+
+from .render_rule import positions_figure, rounds_figure
+from .render_stats import stats_figure, stats_html
+from .render_text import provenance_spans
+from .render_tree import tree_figure
+
+# The Generate tab's outputs, in the order every handler returns them (ui.py maps the names to components).
+OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
+           "download")
+ROUND_OUTPUTS = ("tree", "positions", "rounds")
+TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
+MAX_TRACE_BYTES = 20 * 1024 * 1024
+
+
+def error_html(message: str) -> str:
+    return f'<div class="sl-error">⚠ {html.escape(message)}</div>' if message else ""
+
+
+def round_views(trace: Trace, index: int | None) -> dict:
+    return {"tree": tree_figure(trace, index), "positions": positions_figure(trace, index),
+            "rounds": rounds_figure(trace, index)}
+
+
+def interesting_round(trace: Trace) -> int:
+    """The round to open a finished trace on: the first with a rejected draft after an accepted one, else the
+    first with a rejection, else the one that accepted most, else the last."""
+    rounds = trace.rounds
+    for test in (lambda r: r.n_accepted > 0 and r.n_accepted < r.n_drafted, lambda r: r.n_accepted < r.n_drafted):
+        hit = next((r.index for r in rounds if test(r)), None)
+        if hit is not None:
+            return hit
+    best = max(rounds, key=lambda r: r.n_accepted, default=None)
+    return best.index if best is not None and best.n_accepted else max(len(rounds) - 1, 0)
+
+
+def full_views(trace: Trace, index: int | None = None, status: str = "", with_stats_plot: bool = True) -> dict:
+    """Values for every output except 'download' (callers add it when a file exists). Default round: the
+    latest while running, an interesting one once finished."""
+    if index is None:
+        index = interesting_round(trace) if trace.stop_reason else max(len(trace.rounds) - 1, 0)
+    views = {"status": status, "error": "", "text": provenance_spans(trace), "stats": stats_html(trace),
+             "state": trace, "slider": slider_update(len(trace.rounds), index), **round_views(trace, index)}
+    if with_stats_plot:
+        views["stats_plot"] = stats_figure(trace)
+    return views
+
+
+def slider_update(n_rounds: int, index: int) -> dict:
+    """A gr.update-style dict for the round slider (1-based for people)."""
+    import gradio as gr
+
+    return gr.update(minimum=1, maximum=max(n_rounds, 2), value=min(index, max(n_rounds - 1, 0)) + 1, step=1,
+                     interactive=n_rounds > 1)
+
+
+def write_trace_file(trace: Trace, stem: str = "speclab-trace") -> str:
+    """Save the trace as JSON in the temp dir (Gradio serves files from there) and return the path."""
+    TRACE_DIR.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=stem + "-", suffix=".json", dir=TRACE_DIR)
+    with open(fd, "w", encoding="utf-8") as handle:
+        handle.write(trace.to_json(indent=1))
+    return path
+
+
+def read_trace_file(path: str | Path) -> Trace:
+    """Load and validate a trace JSON; raises TraceError with a readable message."""
+    from decoders.trace import TraceError
+
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(f"the file is {size / 1e6:.1f} MB; traces up to {MAX_TRACE_BYTES // (1024 * 1024)} MB "
+                         "can be loaded")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceError("the file is not UTF-8 text; a trace is a JSON file saved by SpecLab") from None
+    try:
+        return Trace.from_json(text)
+    except TraceError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # fields of the wrong type
+        raise TraceError(f"the file does not match the trace format ({type(err).__name__}: {err})") from None
+
+
+def recorded_traces(folder: Path) -> dict[str, Path]:
+    """Display name -> path for assets/traces/*.json (name from the trace's own label and prompt)."""
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            prompt = " ".join(str(data.get("prompt", "")).split())
+            name = f"{data.get('label', path.stem)} — “{prompt[:40]}{'…' if len(prompt) > 40 else ''}”"
+        except (OSError, ValueError):
+            continue
+        found[name] = path
+    return found
