@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
+from decoders.api import draft_for
 from decoders.options import DecodeOptions, OptionsError
 from decoders.trace import Trace, TraceError
 
@@ -105,13 +106,8 @@ def model_error_types() -> tuple[type[BaseException], ...]:
 
 
 def draft_name(options: DecodeOptions) -> str | None:
-    """The draft model this run needs (None when it needs none or the registry has no pairing)."""
-    if options.method != "speculative" or options.drafter != "draft-model":
-        return None
-    if options.draft_model:
-        return options.draft_model
-    entry = _models_module().REGISTRY.get(options.model)
-    return getattr(entry, "default_draft", None)
+    """The draft model this run needs (None when it needs none); no pairing raises OptionsError."""
+    return draft_for(options)
 
 
 def load(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):

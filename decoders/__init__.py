@@ -2,9 +2,9 @@
 
 No gradio here. Public API: DecodeOptions, generate, stream, Trace (see decoders/api.py and decoders/trace.py).
 """
-from .api import generate, label, stream
+from .api import draft_for, generate, label, stream
 from .options import DRAFTERS, METHODS, RULES, DecodeOptions, OptionsError
 from .trace import SCHEMA_VERSION, Trace, TraceError
 
-__all__ = ["DecodeOptions", "OptionsError", "generate", "stream", "label", "Trace", "TraceError", "SCHEMA_VERSION",
+__all__ = ["draft_for", "DecodeOptions", "OptionsError", "generate", "stream", "label", "Trace", "TraceError", "SCHEMA_VERSION",
            "METHODS", "DRAFTERS", "RULES"]

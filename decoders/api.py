@@ -47,7 +47,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
     target = target or _load(options.model, options)
     prompt_ids = _prompt_ids(target, prompt, options)
     if options.method == "speculative" and options.drafter == "draft-model":
-        draft = draft or _load(_draft_name(options), options)
+        draft = draft or _load(draft_for(options), options)
         _check_pair(target, draft)
     runner = CachedModel(target.model)
     drafter = _make_drafter(options, runner, draft, target)
@@ -102,7 +102,10 @@ def _make_drafter(options: DecodeOptions, runner: CachedModel, draft: LanguageMo
         raise OptionsError(str(err)) from None
 
 
-def _draft_name(options: DecodeOptions) -> str:
+def draft_for(options: DecodeOptions) -> str | None:
+    """The draft model a run needs: None unless the drafter is a draft model; the registry's pairing by default."""
+    if options.method != "speculative" or options.drafter != "draft-model":
+        return None
     if options.draft_model:
         return options.draft_model
     from . import models  # the registry knows which draft pairs with which target

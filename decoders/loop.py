@@ -7,6 +7,7 @@ drains it). Closing the generator early (a Stop button) runs the `finally` that 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Iterator
 
 import torch
@@ -59,7 +60,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             builder.add_round(proposal, verdict, committed, logits, p, rule_after, rule.name if rule else None,
                               limit, seconds)
             builder.trace.decode_seconds = clock.total()
-            yield builder.trace
+            with clock.paused():  # the consumer's time (rendering, a slow client) is not decode time
+                yield builder.trace
             if hit_eos:
                 stop_reason = "eos"
                 break
@@ -81,12 +83,13 @@ def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
 
 
 class _Clock:
-    """Wall-clock laps, synchronized on CUDA so GPU work is counted where it happens."""
+    """Wall-clock laps, synchronized on CUDA so GPU work is counted where it happens; pauses are left out."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.start = self.last = self._now()
         self.prefill_end: float | None = None
+        self.paused_seconds = 0.0  # time spent outside the loop (while a yielded round was being consumed)
 
     def _now(self) -> float:
         if self.cuda:
@@ -101,5 +104,15 @@ class _Clock:
         return elapsed
 
     def total(self) -> float:
-        """Decode time so far: since the end of prefill."""
-        return self._now() - (self.prefill_end or self.start)
+        """Decode time so far: since the end of prefill, pauses excluded."""
+        return self._now() - (self.prefill_end or self.start) - self.paused_seconds
+
+    @contextmanager
+    def paused(self):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            away = time.perf_counter() - began
+            self.paused_seconds += away
+            self.last += away  # the next lap starts where the loop resumed

@@ -29,8 +29,10 @@ RoundRecord
         p (target prob of the token after its parent), accept_prob, uniform (the U(0,1) draw; None under greedy),
         status "root" | "accepted" | "rejected" | "not_reached". At temperature 0, p and q are the unwarped
         softmax (temperature 1) for display; acceptance is argmax matching (accept_prob 1 or 0).
-  rule  {name, limit, reason, checks: [{position, entropy, confidence, bound, lam, stop}], lam, ar, lam_after,
-         ar_after, length_after}: the draft-length rule's internals (None for the baseline)
+  rule  the draft-length rule's internals (None for the baseline): name; limit (max drafts this round);
+        reason drafting stopped ("limit" | "rule" | "budget" | "no-match" | "eos"); checks, one per judged position:
+        {position, entropy (AdaEDL, nats) or confidence (max-confidence), bound, lam (λ used), stop}; then the
+        state after this round's update: lam and ar (AdaEDL, max-confidence), length_after (heuristic)
   target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
 """
