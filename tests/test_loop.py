@@ -58,3 +58,15 @@ def test_budget_is_exact_even_when_everything_is_accepted(tiny, budget):
     trace = list(stream(options, [5, 6], target=tiny, draft=tiny))[-1]
     assert len(trace.output_ids) == budget and trace.stop_reason == "max_new_tokens"
     assert all(r.n_drafted <= budget - 1 for r in trace.rounds)
+
+
+def test_time_the_consumer_holds_a_round_is_not_decode_time(tiny):
+    import time
+
+    start = time.perf_counter()
+    for trace in stream(DecodeOptions(max_new_tokens=4), [1, 2, 3], target=tiny):
+        time.sleep(0.25)  # a slow renderer
+    wall = time.perf_counter() - start
+    assert wall > 1.0  # four rounds were held for 0.25 s each
+    assert trace.decode_seconds < wall - 0.9
+    assert sum(sum(r.seconds.values()) for r in trace.rounds) < wall - 0.9
