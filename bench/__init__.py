@@ -1,0 +1,1 @@
+"""SpecLab benchmark harness: python -m bench --quick | --pair (see bench/README.md)."""

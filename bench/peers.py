@@ -1,0 +1,148 @@
+"""The peers: Hugging Face transformers' own `generate`, timed exactly like SpecLab's runs.
+
+Three peers, same models, same prompt ids, same max_new_tokens, greedy:
+  hf/greedy          model.generate(do_sample=False)
+  hf/assisted        model.generate(assistant_model=draft, do_sample=False)  (transformers' defaults for the
+                     assistant: num_assistant_tokens=20, schedule "constant", assistant_confidence_threshold=0.4;
+                     the threshold adapts only when scikit-learn is installed; `peer_settings` records which)
+  hf/prompt-lookup   model.generate(prompt_lookup_num_tokens=10, do_sample=False)  (max_matching_ngram_size
+                     left at transformers' default, 2)
+
+Timing (the same clock as SpecLab's runs, see bench/runner.py): a streamer notes the wall time of every batch of
+new tokens. Decode time runs from the first batch of new tokens (the end of prefill and of the first round) to the
+return of `generate`; decode tokens are the tokens delivered after that first batch. Target and draft forward
+calls are counted with forward pre-hooks, so τ and the drafted-token count come from the model calls themselves.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+HF_PROMPT_LOOKUP_TOKENS = 10
+
+
+@dataclass
+class _TimingStreamer:
+    """transformers streamer protocol: put(prompt) once, then put(new tokens) per step/round, then end()."""
+
+    saw_prompt: bool = False
+    events: list[tuple[float, int]] = field(default_factory=list)  # (perf_counter, tokens delivered)
+
+    def put(self, value: torch.Tensor) -> None:
+        now = time.perf_counter()
+        if not self.saw_prompt:
+            self.saw_prompt = True
+            return
+        self.events.append((now, int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+
+class _CallCounter:
+    """Counts forward calls of a model and the number of new input tokens of each call."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.sizes: list[int] = []
+        self.handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is None and args:
+            ids = args[0]
+        self.sizes.append(int(ids.shape[-1]) if ids is not None else 0)
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+def peer_settings(kind: str, draft_model: torch.nn.Module | None = None) -> dict:
+    """What the peer ran with, for the JSON and the report."""
+    import transformers
+
+    try:
+        import sklearn  # noqa: F401
+
+        sklearn_ok = True
+    except ImportError:
+        sklearn_ok = False
+    settings = {"transformers": transformers.__version__, "do_sample": False, "num_beams": 1}
+    if kind == "assisted":
+        config = draft_model.generation_config if draft_model is not None else None
+        defaults = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+                    "assistant_confidence_threshold": 0.4}
+        for name, default in defaults.items():
+            value = getattr(config, name, None) if config is not None else None
+            settings[name] = value if value is not None else default
+        settings["confidence_threshold_adapts"] = sklearn_ok  # transformers tunes it by ROC only with sklearn
+    if kind == "prompt-lookup":
+        settings["prompt_lookup_num_tokens"] = HF_PROMPT_LOOKUP_TOKENS
+        settings["max_matching_ngram_size"] = "default (2)"
+    return settings
+
+
+@torch.inference_mode()
+def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draft=None) -> dict:
+    """One HF generate call. kind: "greedy" | "assisted" | "prompt-lookup". Returns the raw figures."""
+    model = target.model
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt_ids], device=device)  # (1, P)
+    eos = list(target.eos_token_ids) or None
+    kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                  do_sample=False, temperature=None, top_p=None, top_k=None, num_beams=1,
+                  eos_token_id=eos, pad_token_id=(eos[0] if eos else 0))
+    if kind == "assisted":
+        if draft is None:
+            raise ValueError("hf/assisted needs a draft model")
+        kwargs["assistant_model"] = draft.model
+    elif kind == "prompt-lookup":
+        kwargs["prompt_lookup_num_tokens"] = HF_PROMPT_LOOKUP_TOKENS
+    elif kind != "greedy":
+        raise ValueError(f"unknown peer {kind!r}")
+    streamer = _TimingStreamer()
+    target_calls = _CallCounter(model)
+    draft_calls = _CallCounter(draft.model) if kind == "assisted" else None
+    try:
+        start = time.perf_counter()
+        out = model.generate(**kwargs, streamer=streamer)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        end = time.perf_counter()
+    finally:
+        target_calls.close()
+        if draft_calls is not None:
+            draft_calls.close()
+    output = out[0, len(prompt_ids):].tolist()
+    return _figures(output, streamer.events, start, end, target_calls.sizes,
+                    draft_calls.sizes if draft_calls else [], len(prompt_ids), kind)
+
+
+def _figures(output: list[int], events: list[tuple[float, int]], start: float, end: float, target_sizes: list[int],
+             draft_sizes: list[int], prompt_len: int, kind: str) -> dict:
+    first_time, first_tokens = events[0] if events else (end, len(output))
+    decode_tokens = len(output) - first_tokens
+    decode_seconds = end - first_time
+    rounds = len(target_sizes)
+    if kind == "greedy":
+        drafted = 0
+    else:  # first call: prompt + candidates; later calls: the pending token + candidates
+        drafted = sum(max(0, n - 1) for n in target_sizes[1:]) + (max(0, target_sizes[0] - prompt_len) if rounds else 0)
+    accepted = max(0, len(output) - rounds)
+    return {
+        "output_ids": output,
+        "n_tokens": len(output),
+        "decode_tokens": decode_tokens,
+        "decode_seconds": decode_seconds,
+        "tok_s": decode_tokens / decode_seconds if decode_tokens > 0 and decode_seconds > 0 else None,
+        "prefill_seconds": first_time - start,  # prefill + the first step/round (HF does both in one call)
+        "wall_seconds": end - start,
+        "target_forwards": rounds,
+        "draft_forwards": len(draft_sizes),
+        "tau": len(output) / rounds if rounds else None,
+        "drafted": drafted,
+        "accepted": accepted if drafted else 0,
+        "acceptance_rate": min(1.0, accepted / drafted) if drafted else None,
+        "rounds_first_tokens": first_tokens,
+    }

@@ -1,0 +1,348 @@
+"""Summaries of the raw run records: markdown tables, the JSON file, the PNG chart.
+
+Every summary figure is a median over repetitions of a ratio taken within one repetition (see bench/runner.py);
+"spread" is the min–max over all runs behind a cell. Prompt kinds are summarized as the median over their prompts.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from .costs import alpha_from_tau, leviathan_speedup, speedup_with_verify_cost, t_of
+
+CODE_KINDS = ("code-writing", "code-editing")
+NOREC = ":norec"
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    return [min(values), max(values)] if values else None
+
+
+def _index(records: list[dict]) -> dict:
+    """(method, prompt, rep) -> record."""
+    return {(r["method"], r["prompt"], r.get("rep", 0)): r for r in records}
+
+
+def paired_ratios(records: list[dict], method: str, reference: str) -> dict[str, list[float]]:
+    """prompt -> [tok_s(method) / tok_s(reference)] for every repetition where both ran."""
+    index = _index(records)
+    out = defaultdict(list)
+    for (m, prompt, rep), r in index.items():
+        if m != method:
+            continue
+        ref = index.get((reference, prompt, rep))
+        if ref and r["tok_s"] and ref["tok_s"]:
+            out[prompt].append(r["tok_s"] / ref["tok_s"])
+    return dict(out)
+
+
+def ratio_over(records: list[dict], method: str, reference: str, kinds=None) -> dict:
+    """Median over prompts (of the given kinds) of the per-prompt median paired ratio, with the spread of all."""
+    kinds_of = {r["prompt"]: r["prompt_kind"] for r in records}
+    ratios = paired_ratios(records, method, reference)
+    chosen = {p: v for p, v in ratios.items() if kinds is None or kinds_of.get(p) in kinds}
+    per_prompt = {p: median(v) for p, v in chosen.items()}
+    return {"median": median(per_prompt.values()), "per_prompt": per_prompt,
+            "spread": spread([x for v in chosen.values() for x in v]), "n": sum(len(v) for v in chosen.values())}
+
+
+def method_rows(records: list[dict], methods: list[dict], costs: dict | None = None) -> list[dict]:
+    """One row per (method, prompt kind) with every column of the main table."""
+    rows = []
+    kinds = sorted({r["prompt_kind"] for r in records}, key=_kind_order)
+    c = (costs or {}).get("draft", {}).get("c") if costs else None
+    curve = (costs or {}).get("target_curve")
+    for m in methods:
+        for kind in kinds:
+            runs = [r for r in records if r["method"] == m["key"] and r["prompt_kind"] == kind]
+            if not runs:
+                continue
+            prompts = sorted({r["prompt"] for r in runs})
+            tok_s = median([median([r["tok_s"] for r in runs if r["prompt"] == p]) for p in prompts])
+            tau = median([r["tau"] for r in runs])
+            baseline = m.get("baseline", "ours/baseline")
+            # temperature-1 runs are compared with the greedy baseline too (its speed does not depend on T)
+            speedup = 1.0 if m["key"] == baseline else ratio_over(records, m["key"], baseline, (kind,))["median"]
+            vs_peer = ratio_over(records, m["key"], m["peer"], (kind,))["median"] if m.get("peer") else None
+            identical = [r.get("identical_to_baseline") for r in runs if r.get("identical_to_baseline") is not None]
+            row = {"method": m["key"], "label": m["label"], "kind": kind, "tok_s": tok_s,
+                   "tok_s_spread": spread([r["tok_s"] for r in runs]), "speedup": speedup, "vs_peer": vs_peer,
+                   "peer": m.get("peer"), "tau": tau, "acceptance": median([r["acceptance_rate"] for r in runs]),
+                   "speedup_per_tau": speedup / tau if speedup and tau else None,
+                   "identical": f"{sum(identical)}/{len(identical)}" if identical else "–", "runs": len(runs),
+                   "first_divergence": sorted({r.get("first_divergence") for r in runs
+                                               if r.get("first_divergence") is not None})}
+            gamma = m.get("gamma")
+            if m.get("rule") == "static" and gamma and tau:
+                alpha = alpha_from_tau(tau, gamma)
+                cost = 0.0 if m["kind"] == "prompt-lookup" else c
+                if alpha is not None and cost is not None:
+                    row["alpha_from_tau"] = alpha
+                    row["S_leviathan"] = leviathan_speedup(alpha, gamma, cost)
+                    t_verify = t_of(curve, gamma + 1)
+                    if t_verify:
+                        row["S_with_t"] = speedup_with_verify_cost(alpha, gamma, cost, t_verify)
+            rows.append(row)
+    return rows
+
+
+def trace_overhead(records: list[dict]) -> list[dict]:
+    """Recording on vs off for every method that ran both ways: 1 − tok/s(on)/tok/s(off), paired per repetition."""
+    out = []
+    keys = sorted({r["method"] + ("" if r["method"].endswith(NOREC) else NOREC) for r in records
+                   if r.get("family") == "ours" and r.get("temperature", 0.0) == 0.0 and
+                   (r["method"].endswith(NOREC) or r.get("recorder_seconds") is not None)})
+    for off in keys:  # every greedy SpecLab method; the paired figure only where a no-trace twin ran
+        on = off[: -len(NOREC)]
+        if not any(r["method"] == on for r in records):
+            continue
+        ratios = paired_ratios(records, on, off)
+        flat = [x for v in ratios.values() for x in v]
+        per_prompt = {p: median(v) for p, v in ratios.items()}
+        runs_on = [r for r in records if r["method"] == on]
+        direct = median([r["recorder_seconds"] / r["trace_decode_seconds"] for r in runs_on
+                         if r.get("recorder_seconds") is not None and r.get("trace_decode_seconds")])
+        direct_off = median([r["recorder_seconds"] / r["trace_decode_seconds"] for r in records
+                             if r["method"] == off and r.get("trace_decode_seconds")])
+        med = median(per_prompt.values())
+        if direct is None and med is None:
+            continue
+        out.append({"method": on, "overhead": (1 - med) if med else None,
+                    "overhead_spread": [1 - max(flat), 1 - min(flat)] if flat else None,
+                    "recorder_share_on": direct, "recorder_share_off": direct_off, "pairs": len(flat)})
+    return out
+
+
+def targets(records: list[dict], dtype: str) -> list[dict]:
+    """The four item-6 targets, measured on the code prompts."""
+    out = []
+    keys = {r["method"] for r in records}
+
+    def add(name, method, reference, goal, higher=True):
+        if method in keys and reference in keys:
+            value = ratio_over(records, method, reference, CODE_KINDS)
+            ok = value["median"] is not None and (value["median"] >= goal if higher else value["median"] <= goal)
+            runs = [r for r in records if r["method"] == method and r["prompt_kind"] in CODE_KINDS]
+            identical = [r.get("identical_to_baseline") for r in runs if r.get("identical_to_baseline") is not None]
+            out.append({"dtype": dtype, "target": name, "method": method, "reference": reference, "goal": goal,
+                        "measured": value["median"], "spread": value["spread"], "per_prompt": value["per_prompt"],
+                        "identical": f"{sum(identical)}/{len(identical)}" if identical else "–", "met": ok})
+
+    add("draft model ≥ 1.15× HF assisted", "ours/draft-model", "hf/assisted", 1.15)
+    add("prompt lookup ≥ 1.0× HF prompt lookup", "ours/prompt-lookup", "hf/prompt-lookup", 1.0)
+    for row in trace_overhead([r for r in records if r["prompt_kind"] in CODE_KINDS]):
+        # judged on the recorder's own measured time (noise-free); the paired on/off figure is shown beside it
+        if row["recorder_share_on"] is not None:
+            out.append({"dtype": dtype, "target": f"trace recording ≤ 3% of decode time ({row['method']})",
+                        "method": row["method"], "reference": row["method"] + NOREC, "goal": 0.03,
+                        "measured": row["recorder_share_on"], "spread": None,
+                        "paired_overhead": row["overhead"], "paired_spread": row["overhead_spread"],
+                        "identical": "–", "met": row["recorder_share_on"] <= 0.03})
+    sweep = sorted(k for k in keys if k.startswith("ours/t1/"))
+    if "ours/t1/adaedl" in sweep:
+        code = [r for r in records if r["prompt_kind"] in CODE_KINDS]
+        per = {}
+        for k in sweep:
+            prompts = sorted({r["prompt"] for r in code if r["method"] == k})
+            per[k] = median([median([r["tok_s"] for r in code if r["method"] == k and r["prompt"] == p])
+                             for p in prompts])
+        statics = {k: v for k, v in per.items() if "static" in k and v}
+        if statics and per.get("ours/t1/adaedl"):
+            best = max(statics, key=statics.get)
+            # paired: AdaEDL / best static within each repetition
+            value = ratio_over(records, "ours/t1/adaedl", best, CODE_KINDS)
+            out.append({"dtype": dtype, "target": "AdaEDL (T=1) ≥ best static γ", "method": "ours/t1/adaedl",
+                        "reference": best, "goal": 1.0, "measured": value["median"], "spread": value["spread"],
+                        "tok_s": per, "identical": "–", "met": value["median"] is not None and value["median"] >= 1.0})
+    return out
+
+
+# --- markdown -----------------------------------------------------------------------------------------------------
+
+def _f(x, digits=2, suffix=""):
+    if x is None:
+        return "–"
+    return f"{x:.{digits}f}{suffix}"
+
+
+def _sp(pair, digits=2):
+    return f"{pair[0]:.{digits}f}–{pair[1]:.{digits}f}" if pair else "–"
+
+
+def _kind_order(kind: str):
+    order = {"code-writing": 0, "code-editing": 1, "chat": 2}
+    return (order.get(kind, 9), kind)
+
+
+def markdown(result: dict) -> str:
+    meta = result["meta"]
+    lines = [f"# SpecLab benchmark: {meta['preset']} ({meta['date']})", "",
+             f"{meta['machine']}; torch {meta['torch']}, transformers {meta['transformers']}, {meta['threads']} "
+             f"threads; {meta['max_new_tokens']} new tokens, {meta['reps']} repetitions, greedy unless marked T=1. "
+             f"{meta['noise_note']}", ""]
+    for dtype, run in result["runs"].items():
+        models = run["models"]
+        lines += [f"## {dtype}: target {models.get('target')}" + (f", draft {models['draft']}" if models.get("draft")
+                                                                   else ""), ""]
+        lines += ["| method | prompts | tok/s (median) | spread | × baseline | × HF peer | τ | accept | "
+                  "speedup/τ | identical to greedy | S Leviathan | S with t(n) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in run["rows"]:
+            peer = f"{_f(row['vs_peer'])} vs {row['peer'].split('/')[1]}" if row.get("peer") and row["vs_peer"] else "–"
+            ident = row["identical"]
+            if row["first_divergence"]:
+                ident += f" (first diff at token {row['first_divergence'][0]})"
+            lines.append(f"| {row['label']} | {row['kind']} | {_f(row['tok_s'])} | {_sp(row['tok_s_spread'])} | "
+                         f"{_f(row['speedup'])} | {peer} | {_f(row['tau'])} | {_f(row['acceptance'])} | "
+                         f"{_f(row['speedup_per_tau'])} | {ident} | {_f(row.get('S_leviathan'))} | "
+                         f"{_f(row.get('S_with_t'))} |")
+        lines.append("")
+        if run.get("overhead"):
+            lines += ["Trace recording cost (paired on/off runs, noisy on a shared machine; recorder time share = time "
+                      "inside TraceBuilder.add_round/finish ÷ decode time, measured in the same runs):",
+                      "", "| method | overhead (1 − on/off) | spread | recorder time share, on | pairs |",
+                      "|---|---|---|---|---|"]
+            for row in run["overhead"]:
+                lines.append(f"| {row['method']} | {_f(_pct(row['overhead']), 1, '%') if row['overhead'] is not None else 'not run'} | "
+                             f"{_sp([_pct(x) for x in row['overhead_spread']], 1) if row['overhead_spread'] else '–'}"
+                             f" | {_f(_pct(row['recorder_share_on']), 2, '%')} | {row['pairs']} |")
+            lines.append("")
+        costs = run.get("costs") or {}
+        if costs.get("target_curve"):
+            curve = costs["target_curve"]
+            ns = list(curve["t"].keys())
+            lines += [f"Target forward cost t(n) = time(n tokens)/time(1 token), after {curve['context_tokens']} "
+                      f"context tokens (time(1) = {curve['seconds']['1'] * 1000:.1f} ms):", "",
+                      "| n | " + " | ".join(ns) + " |", "|---" * (len(ns) + 1) + "|",
+                      "| t(n) | " + " | ".join(f"{curve['t'][n]:.2f}" for n in ns) + " |", ""]
+        if costs.get("draft"):
+            d = costs["draft"]
+            lines += [f"Draft/target cost ratio c = {d['c']:.3f} (draft step {d['draft_seconds'] * 1000:.1f} ms, "
+                      f"target step {d['target_seconds'] * 1000:.1f} ms).", ""]
+    all_targets = [t for run in result["runs"].values() for t in run.get("targets", [])]
+    if all_targets:
+        lines += ["## Targets (median over code prompts of per-repetition ratios)", "",
+                  "| dtype | target | measured | spread | identical | met |", "|---|---|---|---|---|---|"]
+        for t in all_targets:
+            pct = t["goal"] < 1 and "recording" in t["target"]
+            value = _f(_pct(t["measured"]), 1, "%") if pct else _f(t["measured"], 3, "×")
+            sp = _sp([_pct(x) for x in t["spread"]], 1) if pct and t["spread"] else _sp(t["spread"])
+            if t["target"].startswith("AdaEDL"):
+                value += f" (vs {t['reference'].split('/')[-1]})"
+            if "paired_overhead" in t:
+                value += f" (paired on/off: {_f(_pct(t['paired_overhead']), 1, '%')}"
+                if t.get("paired_spread"):
+                    value += f", spread {_sp([_pct(x) for x in t['paired_spread']], 1)}"
+                value += ")"
+            lines.append(f"| {t['dtype']} | {t['target']} | {value} | {sp} | {t['identical']} | "
+                         f"{'yes' if t['met'] else 'NO'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _pct(x):
+    return None if x is None else 100.0 * x
+
+
+# --- files ----------------------------------------------------------------------------------------------------------
+
+def finish(result: dict) -> dict:
+    """Fill rows / overhead / targets for every dtype from the raw records."""
+    for dtype, run in result["runs"].items():
+        run["rows"] = method_rows(run["records"], result["methods"], run.get("costs"))
+        run["overhead"] = trace_overhead(run["records"])
+        run["targets"] = targets(run["records"], dtype)
+    return result
+
+
+def write(result: dict, out_dir: Path, stem: str) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
+    paths["json"].write_text(json.dumps(result, indent=1, default=str))
+    paths["md"].write_text(markdown(result))
+    try:
+        chart(result, paths["png"])
+    except Exception as err:  # the chart is a convenience; the JSON and MD are the record
+        print(f"(chart not written: {err})")
+        paths.pop("png")
+    return paths
+
+
+def chart(result: dict, path: Path) -> str:
+    """Speedup over the baseline per method and prompt kind (one panel per dtype) and the t(n) curve."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return _chart_pil(result, path)
+    runs = result["runs"]
+    panels = len(runs) + (1 if any((r.get("costs") or {}).get("target_curve") for r in runs.values()) else 0)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.6), squeeze=False)
+    for ax, (dtype, run) in zip(axes[0], runs.items()):
+        rows = [r for r in run["rows"] if not r["method"].endswith(NOREC)]
+        methods = list(dict.fromkeys(r["label"] for r in rows))
+        kinds = sorted({r["kind"] for r in rows}, key=_kind_order)
+        width = 0.8 / max(1, len(kinds))
+        for k, kind in enumerate(kinds):
+            values = [next((r["speedup"] or 0 for r in rows if r["label"] == m and r["kind"] == kind), 0)
+                      for m in methods]
+            ax.bar([i + k * width for i in range(len(methods))], values, width, label=kind)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + width * (len(kinds) - 1) / 2 for i in range(len(methods))])
+        ax.set_xticklabels([_short(m) for m in methods], rotation=35, ha="right", fontsize=7)
+        ax.set_ylabel("decode tok/s ÷ SpecLab baseline (same repetition)")
+        ax.set_title(f"{dtype}: target {run['models'].get('target')}", fontsize=9)
+        ax.legend(fontsize=7)
+    if panels > len(runs):
+        ax = axes[0][-1]
+        for dtype, run in runs.items():
+            curve = (run.get("costs") or {}).get("target_curve")
+            if curve:
+                ns = [int(n) for n in curve["t"]]
+                ax.plot(ns, [curve["t"][str(n)] for n in ns], marker=".", label=dtype)
+        ax.set_xlabel("tokens in one target forward (n)")
+        ax.set_ylabel("t(n) = time(n) / time(1)")
+        ax.set_title("verification cost on this machine", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return "matplotlib"
+
+
+def _short(label: str) -> str:
+    return label.replace("speculative · ", "").replace("autoregressive ", "").replace("HF ", "HF ")
+
+
+def _chart_pil(result: dict, path: Path) -> str:
+    """Fallback without matplotlib: a plain horizontal bar chart of speedups with Pillow."""
+    from PIL import Image, ImageDraw
+
+    rows = [(dtype, r) for dtype, run in result["runs"].items() for r in run["rows"]
+            if not r["method"].endswith(NOREC) and r["speedup"]]
+    height = 30 + 18 * len(rows)
+    image = Image.new("RGB", (900, height), "white")
+    draw = ImageDraw.Draw(image)
+    top = max([r["speedup"] for _, r in rows] + [1.0])
+    scale = 480 / top
+    draw.text((10, 8), "decode tok/s ÷ SpecLab baseline", fill="black")
+    for i, (dtype, r) in enumerate(rows):
+        y = 30 + 18 * i
+        draw.text((10, y), f"{dtype} {_short(r['label'])[:28]} {r['kind']}"[:60], fill="black")
+        draw.rectangle([400, y + 2, 400 + r["speedup"] * scale, y + 14], fill=(70, 110, 200))
+        draw.text((405 + r["speedup"] * scale, y), f"{r['speedup']:.2f}", fill="black")
+    x1 = 400 + scale
+    draw.line([x1, 26, x1, height], fill="black")
+    image.save(path)
+    return "pillow"

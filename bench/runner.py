@@ -1,0 +1,265 @@
+"""Interleaved, repeated runs of SpecLab methods and their Hugging Face peers on the same prompts.
+
+One clock for everyone. SpecLab runs go through `decoders.stream` (the same loop the UI uses); HF peers through a
+streamer (bench/peers.py). Decode time runs from the first delivered batch of tokens (prefill plus the first
+round) to the end of the call; decode tokens are the tokens delivered after that first batch. That is
+"decode-only tokens/s after prefill" measured the same way for both sides, and it includes everything a user
+waits for (drafting, verification, bookkeeping, the trace recording). The trace's own figure
+(`trace_tok_s` = totals.tokens_per_second, which counts the first round too) is kept next to it.
+
+Noise: the machine is shared, so every figure that matters is a ratio of two runs made close together in time:
+in each repetition every method runs once per prompt, in an order that rotates between repetitions and prompts,
+and speedups are per-repetition ratios (method / baseline of the same repetition and prompt), summarized by their
+median and range.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from . import peers
+
+
+@dataclass(frozen=True)
+class Method:
+    key: str  # unique id, e.g. "ours/draft-model"
+    label: str
+    family: str  # "ours" | "hf"
+    kind: str  # "baseline" | "draft-model" | "prompt-lookup" | "layer-skip"
+    options: dict = field(default_factory=dict)  # ours: DecodeOptions fields; hf: unused
+    record: bool = True  # ours: trace recording on/off
+    temperature: float = 0.0
+    peer: str | None = None  # the HF method this one is compared against
+    baseline: str = "ours/baseline"  # speedups are measured against this method (temperature-0 baseline)
+
+    @property
+    def needs_draft(self) -> bool:
+        return self.kind == "draft-model"
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def ours(key: str, label: str, kind: str, record: bool = True, temperature: float = 0.0, peer: str | None = None,
+         **options) -> Method:
+    if kind == "baseline":
+        options = {"method": "baseline", **options}
+    else:
+        options = {"method": "speculative", "drafter": kind, **options}
+    return Method(key, label, "ours", kind, options, record, temperature, peer)
+
+
+def hf(key: str, label: str, kind: str) -> Method:
+    return Method(key, label, "hf", kind, {}, True, 0.0, None)
+
+
+HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup"}
+
+
+@dataclass
+class Prompt:
+    id: str
+    kind: str
+    text: str
+    ids: list[int] = field(default_factory=list)
+
+
+# --- one run ---------------------------------------------------------------------------------------------------
+
+class RecorderTimer:
+    """Wall time spent inside TraceBuilder.add_round / finish (the recorder's own work), per run."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    @contextmanager
+    def patch(self):
+        from decoders import recorder
+
+        cls = recorder.TraceBuilder
+        originals = {name: getattr(cls, name) for name in ("add_round", "finish")}
+        timer = self
+
+        def wrap(fn):
+            def timed(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    timer.seconds += time.perf_counter() - t0
+            return timed
+
+        try:
+            for name, fn in originals.items():
+                setattr(cls, name, wrap(fn))
+            yield self
+        finally:
+            for name, fn in originals.items():
+                setattr(cls, name, fn)
+
+
+def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=None, seed: int = 0) -> dict:
+    from decoders import DecodeOptions, stream
+
+    options = DecodeOptions(model=getattr(target, "name", "target"), max_new_tokens=max_new_tokens,
+                            record=method.record, temperature=method.temperature, seed=seed, **method.options)
+    timer = RecorderTimer()
+    with timer.patch():
+        start = time.perf_counter()
+        first_time, first_tokens, trace = None, 0, None
+        for trace in stream(options, prompt.ids, target=target, draft=draft if method.needs_draft else None):
+            if first_time is None:
+                first_time, first_tokens = time.perf_counter(), len(trace.output_ids)
+        end = time.perf_counter()
+    totals = trace.totals
+    decode_tokens = len(trace.output_ids) - first_tokens
+    decode_seconds = end - (first_time or end)
+    return {
+        "output_ids": list(trace.output_ids),
+        "n_tokens": len(trace.output_ids),
+        "decode_tokens": decode_tokens,
+        "decode_seconds": decode_seconds,
+        "tok_s": decode_tokens / decode_seconds if decode_tokens > 0 and decode_seconds > 0 else None,
+        "trace_tok_s": totals.get("tokens_per_second"),
+        "trace_decode_seconds": trace.decode_seconds,
+        "prefill_seconds": trace.prefill_seconds,
+        "wall_seconds": end - start,
+        "target_forwards": totals["target_forwards"],
+        "draft_forwards": totals["draft_forwards"],
+        "tau": totals["tau"],
+        "drafted": totals["drafted"],
+        "accepted": totals["accepted"],
+        "acceptance_rate": totals["acceptance_rate"],
+        "phase_seconds": totals["seconds"],
+        "recorder_seconds": timer.seconds,
+        "stop_reason": trace.stop_reason,
+        "rounds_first_tokens": first_tokens,
+    }
+
+
+def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, seed: int = 0) -> dict:
+    target, draft = models["target"], models.get("draft")
+    if method.needs_draft and draft is None:
+        raise ValueError(f"{method.key} needs a draft model")
+    if method.family == "ours":
+        result = run_ours(method, target, prompt, max_new_tokens, draft, seed)
+    else:
+        result = peers.run_peer(HF_KIND[method.kind], target, prompt.ids, max_new_tokens, draft)
+    result.update({"method": method.key, "family": method.family, "label": method.label, "kind": method.kind,
+                   "record": method.record, "temperature": method.temperature, "seed": seed,
+                   "prompt": prompt.id, "prompt_kind": prompt.kind, "prompt_tokens": len(prompt.ids)})
+    return result
+
+
+# --- the suite -------------------------------------------------------------------------------------------------
+
+def rotate(items: list, k: int) -> list:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: int, max_new_tokens: int,
+              log=print, warmup: bool = True, on_record=None) -> list[dict]:
+    """Every method on every prompt, `reps` times, interleaved. Returns one raw record per run."""
+    target = models["target"]
+    for prompt in prompts:
+        if not prompt.ids:
+            prompt.ids = target.encode_prompt(prompt.text, chat=True)
+    if warmup:  # first calls pay one-off costs (allocator, kernels, lazy imports): keep them out of the figures
+        for method in methods:
+            run_one(method, models, prompts[0], min(4, max_new_tokens))
+    records = []
+    total = reps * len(prompts) * len(methods)
+    done = 0
+    for rep in range(reps):
+        for p_index, prompt in enumerate(prompts):
+            for method in rotate(methods, rep * len(prompts) + p_index):
+                seed = rep if not method.greedy else 0
+                result = run_one(method, models, prompt, max_new_tokens, seed)
+                result["rep"] = rep
+                records.append(result)
+                if on_record is not None:  # e.g. save a partial file, so a long run that is stopped keeps its data
+                    on_record(records)
+                done += 1
+                tok_s = result["tok_s"]
+                log(f"  [{done}/{total}] rep {rep} {prompt.id:<16} {method.key:<28} "
+                    f"{(f'{tok_s:6.2f}' if tok_s else '   n/a')} tok/s  tau {_fmt(result['tau'])}")
+    mark_identity(records)
+    return records
+
+
+def mark_identity(records: list[dict]) -> None:
+    """identical_to_baseline: same ids as our greedy baseline on that prompt; also vs HF greedy; first divergence."""
+    reference = {}
+    for key in ("ours/baseline", "hf/greedy"):
+        for r in records:
+            if r["method"] == key and r["prompt"] not in reference.get(key, {}):
+                reference.setdefault(key, {})[r["prompt"]] = r["output_ids"]
+    for r in records:
+        for key, field_name in (("ours/baseline", "identical_to_baseline"), ("hf/greedy", "identical_to_hf_greedy")):
+            ref = reference.get(key, {}).get(r["prompt"])
+            if ref is None or r["temperature"] != 0.0:
+                r[field_name] = None
+                continue
+            r[field_name] = r["output_ids"] == ref
+            if key == "ours/baseline":
+                r["first_divergence"] = _first_divergence(r["output_ids"], ref)
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _fmt(x) -> str:
+    return f"{x:.2f}" if isinstance(x, (int, float)) else "n/a"
+
+
+# --- memory -----------------------------------------------------------------------------------------------------
+
+def available_gib() -> float:
+    """MemAvailable from /proc/meminfo (GiB); inf where unknown."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return float("inf")
+
+
+def free_models(models: dict) -> None:
+    """Drop every reference we hold and collect, so the next dtype never coexists with this one."""
+    models.clear()
+    try:  # decoders.models keeps one copy per (name, dtype) per process: forget those too
+        from decoders import models as registry
+
+        registry.unload_all()
+    except ImportError:
+        pass
+    gc.collect()
+
+
+def set_threads(n: int | None) -> int:
+    if n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def describe(method: Method) -> dict:
+    """Plain-data description of a method for the JSON (and for the report's predicted-speedup columns)."""
+    return {"key": method.key, "label": method.label, "family": method.family, "kind": method.kind,
+            "record": method.record, "temperature": method.temperature, "peer": method.peer,
+            "baseline": method.baseline, "options": dict(method.options),
+            "rule": method.options.get("rule", "static") if method.family == "ours" and method.kind != "baseline"
+            else None,
+            "gamma": method.options.get("gamma", 4) if method.family == "ours" and method.kind != "baseline"
+            else None}
