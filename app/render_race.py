@@ -12,33 +12,11 @@ import html
 
 import plotly.graph_objects as go
 
+from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
 
 from .render_stats import totals
 from .render_tree import empty_figure
-
-
-def expected_speedup(alpha: float, gamma: float, c: float) -> float:
-    """Leviathan's S(α, γ, c); the α → 1 limit is (γ + 1) / (γc + 1)."""
-    if alpha >= 1.0 - 1e-9:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
-
-
-def alpha_from_tau(tau: float, gamma: float) -> float:
-    """Invert τ = (1 − α^(γ+1)) / (1 − α) by bisection (monotone in α)."""
-    if tau <= 1.0:
-        return 0.0
-    if tau >= gamma + 1:
-        return 1.0
-    low, high = 0.0, 1.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        if expected_speedup(mid, gamma, 0.0) < tau:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
 
 
 def race_row(trace: Trace, baseline: Trace | None) -> dict:

@@ -15,43 +15,18 @@ import time
 
 import torch
 
+from decoders.stats import alpha_from_tau, expected_speedup, expected_tokens  # noqa: F401  (one copy of the formulas)
+
 DEFAULT_NS = tuple(range(1, 65))
 QUICK_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """E[#tokens per target forward] = (1 − α^(γ+1)) / (1 − α); γ+1 when α = 1."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
-def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1))."""
-    return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
+leviathan_speedup = expected_speedup  # Leviathan et al. Thm 3.8 (decoders/stats.py)
 
 
 def speedup_with_verify_cost(alpha: float, gamma: int, c: float, t_verify: float) -> float:
     """Same, with the measured verification cost t(γ+1) in place of 1."""
     return expected_tokens(alpha, gamma) / (t_verify + gamma * c)
-
-
-def alpha_from_tau(tau: float, gamma: int) -> float | None:
-    """Solve (1 − α^(γ+1)) / (1 − α) = τ for α in [0, 1] (bisection; the left side grows with α)."""
-    if tau is None or gamma < 1:
-        return None
-    if tau <= 1.0:
-        return 0.0
-    if tau >= gamma + 1:
-        return 1.0
-    low, high = 0.0, 1.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        if expected_tokens(mid, gamma) < tau:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
 
 
 def _time(fn, repeats: int) -> list[float]:

@@ -58,3 +58,35 @@ def _draft_depth(rnd) -> int:
     if rnd.nodes:
         return max(n.depth for n in rnd.nodes)
     return rnd.n_drafted
+
+
+# ---------------------------------------------------------------- Leviathan et al. 2023, with i.i.d. acceptance α
+
+def expected_tokens(alpha: float, gamma: float) -> float:
+    """E[tokens per target forward] = (1 − α^(γ+1)) / (1 − α); γ + 1 when α = 1."""
+    if alpha >= 1.0 - 1e-12:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: float, c: float) -> float:
+    """S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)); c = draft step time / target step time."""
+    return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
+
+
+def alpha_from_tau(tau: float | None, gamma: float) -> float | None:
+    """Solve expected_tokens(α, γ) = τ for α in [0, 1] by bisection (the left side grows with α)."""
+    if tau is None or gamma < 1:
+        return None
+    if tau <= 1.0:
+        return 0.0
+    if tau >= gamma + 1:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if expected_tokens(mid, gamma) < tau:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
