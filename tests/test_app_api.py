@@ -5,34 +5,24 @@ once the converted weight cache exists.
 """
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 from app import handlers
-from app.ui import build_demo, launch_kwargs
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning")]
+from app_server import launched_demo  # noqa: E402
+
 PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape."
 TOKENS = 24
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    demo = build_demo()
-    demo.queue()
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True,
-                            **launch_kwargs())
-    yield url
-    demo.close()
+    with launched_demo() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -23,28 +22,18 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi."
 
+from app_server import launched_demo  # noqa: E402
+
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def url():
-    from app.ui import build_demo, launch_kwargs
-
-    demo = build_demo()
-    demo.queue()
-    _, local_url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                                  quiet=True, **launch_kwargs())
-    yield local_url
-    demo.close()
+    with launched_demo() as local_url:
+        yield local_url
 
 
 @pytest.fixture(scope="module")
