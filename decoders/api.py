@@ -14,6 +14,7 @@ from typing import Iterator, Protocol
 
 import torch
 
+from . import kernels
 from .drafters import DraftModelDrafter, Drafter, LayerSkipDrafter, NoDraft, PromptLookupDrafter
 from .loop import run_rounds
 from .options import DecodeOptions, OptionsError
@@ -139,13 +140,13 @@ def _new_trace(options: DecodeOptions, target: LanguageModel, draft: LanguageMod
                prompt_ids: list[int]) -> Trace:
     models = {"target": _describe(target), "draft": _describe(draft) if draft is not None else None}
     return Trace(method=options.method, label=label(options), options=options.to_dict(), models=models,
-                 precision=precision_note(target.dtype), prompt=prompt if isinstance(prompt, str) else "",
-                 prompt_ids=list(prompt_ids))
+                 precision=precision_note(target.dtype, kernels.kernels_of(target.model)),
+                 prompt=prompt if isinstance(prompt, str) else "", prompt_ids=list(prompt_ids))
 
 
 def _describe(model: LanguageModel) -> dict:
     return {"name": model.name, "dtype": str(model.dtype).removeprefix("torch."), "device": str(model.device),
-            "source": model.source}
+            "source": model.source, "kernels": kernels.kernels_of(model.model)}
 
 
 def label(options: DecodeOptions) -> str:
@@ -158,9 +159,13 @@ def label(options: DecodeOptions) -> str:
     return f"speculative · {drafter[options.drafter]} · {rule}"
 
 
-def precision_note(dtype: torch.dtype) -> str:
+def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK) -> str:
     if dtype == torch.float32:
-        return "float32: verification is exact; greedy output equals the baseline token for token."
+        note = "float32: verification is exact; greedy output equals the baseline token for token."
+        if kernel_kind == kernels.PACKED:
+            note += (" Matmuls use oneDNN-packed weights (same float32 products, another summation order: logits "
+                     "differ from stock PyTorch by ~1e-5, so a near-tie can differ from a stock-kernel run).")
+        return note
     name = str(dtype).removeprefix("torch.")
     return (f"{name}: verifying many tokens in one forward rounds differently from one-token steps, so outputs can "
             "diverge from plain greedy after a while; lossless only up to numerics (use float32 for exact checks).")

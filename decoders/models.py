@@ -4,11 +4,15 @@ Embedded models ship as GGUF files inside PyPI wheels (see requirements-models.t
 first load of a (model, dtype) dequantizes the GGUF through transformers and saves an ordinary safetensors copy
 under cache_dir()/converted; later loads read that copy in seconds. Hub ids ("org/name") and local model
 directories load with from_pretrained like any transformers model.
+
+float32 models on CPU get oneDNN-packed matmuls after loading (decoders/kernels.py: 1.2x on one-token steps,
+~1.7x on verification forwards here). SPECLAB_KERNELS=stock keeps PyTorch's stock nn.Linear instead.
 """
 from __future__ import annotations
 
 import difflib
 import gc
+import os
 import re
 import threading
 import time
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
+from . import kernels
 from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file,
                           is_complete_dir, locate_parts, read_gguf, read_gguf_tokenizer, read_hub, read_hub_tokenizer,
                           read_local, save_dir, tokenizer_dir)
@@ -274,6 +279,8 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress) ->
     if device.type != "cpu":
         say(f"moving to {device}…")
         model.to(device)
+    elif os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
+        source += ", oneDNN-packed float32 matmuls"
     say(f"ready ({source})")
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, source=source,
                        load_seconds=time.perf_counter() - start,

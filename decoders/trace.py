@@ -7,7 +7,7 @@ Trace
   method          str        "baseline" | "speculative"
   label           str        human label, e.g. "speculative · draft model · AdaEDL"
   options         dict       the DecodeOptions the run used (see decoders/options.py)
-  models          dict       {"target": {name, dtype, device, source}, "draft": {...} | None}
+  models          dict       {"target": {name, dtype, device, source, kernels}, "draft": {...} | None}
   precision       str        what the dtype means for losslessness
   prompt, prompt_ids         the text and the token ids the target saw (chat template applied if chat=True)
   output_ids, output_text    generated tokens only; output_text == "".join(t.text for t in tokens)

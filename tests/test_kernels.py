@@ -1,0 +1,102 @@
+"""Packed float32 matmuls (decoders/kernels.py): same function, reversible, and still lossless.
+
+Packing changes the summation order, not the math: logits must stay within float32 rounding of the stock ones,
+unpacking must give back bit-identical weights, tied embeddings must stay tied, and every greedy speculative
+method on a packed model must reproduce the greedy baseline on that same packed model token for token.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from decoders import DecodeOptions, generate, kernels
+from tiny import TinyLM, noisy_copy, tiny_gemma3, tiny_llama, tiny_qwen2
+
+PROMPTS = [[3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]
+
+
+def packed_copy(lm: TinyLM) -> TinyLM:
+    model = copy.deepcopy(lm.model)
+    assert kernels.pack(model) > 0
+    return TinyLM(model, name=lm.name + "-packed", eos_token_ids=lm.eos_token_ids)
+
+
+def logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits[0]  # (n, V)
+
+
+def test_the_pinned_torch_build_can_pack():
+    assert kernels.packing_available(tiny_llama().model)  # else the app silently runs the slower stock kernels
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2, tiny_gemma3])
+def test_packed_logits_match_stock_within_float32_rounding(make):
+    lm = make()
+    packed = packed_copy(lm)
+    assert kernels.kernels_of(packed.model) == kernels.PACKED and kernels.kernels_of(lm.model) == kernels.STOCK
+    assert not any(type(m) is torch.nn.Linear for m in packed.model.modules())
+    for ids in PROMPTS:
+        stock, fast = logits(lm.model, ids), logits(packed.model, ids)
+        assert torch.allclose(stock, fast, rtol=1e-4, atol=1e-4), (stock - fast).abs().max()
+
+
+def test_unpack_restores_bit_identical_weights():
+    lm = tiny_qwen2()  # q/k/v carry biases
+    model = copy.deepcopy(lm.model)
+    kernels.pack(model)
+    assert kernels.unpack(model) > 0
+    assert kernels.kernels_of(model) == kernels.STOCK
+    original = dict(lm.model.named_parameters())
+    restored = dict(model.named_parameters())
+    assert original.keys() == restored.keys()
+    for name, value in original.items():
+        assert torch.equal(value, restored[name]), name
+    assert torch.equal(logits(lm.model, PROMPTS[0]), logits(model, PROMPTS[0]))  # the very same function again
+
+
+def test_tied_output_embedding_stays_tied():
+    lm = tiny_gemma3()  # Gemma 3 ties lm_head to the input embedding
+    model = copy.deepcopy(lm.model)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    kernels.pack(model)
+    assert model.lm_head.dense is model.get_input_embeddings().weight  # kept, not copied: memory-neutral
+    kernels.unpack(model)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+
+
+def test_use_switches_and_rejects_unknown_kernels():
+    model = copy.deepcopy(tiny_llama().model)
+    kernels.use(model, kernels.PACKED)
+    kernels.use(model, kernels.PACKED)  # idempotent
+    assert kernels.kernels_of(model) == kernels.PACKED
+    kernels.use(model, kernels.STOCK)
+    assert kernels.kernels_of(model) == kernels.STOCK
+    with pytest.raises(ValueError, match="kernels must be"):
+        kernels.use(model, "fast")
+
+
+def test_half_precision_models_are_left_alone():
+    model = copy.deepcopy(tiny_llama().model).to(torch.bfloat16)
+    assert kernels.pack(model) == 0
+    assert kernels.kernels_of(model) == kernels.STOCK
+
+
+CASES = [("draft-model", "static", 3), ("draft-model", "adaedl", 4), ("draft-model", "max-confidence", 4),
+         ("prompt-lookup", "static", 4), ("layer-skip", "static", 2)]
+
+
+@pytest.mark.parametrize("drafter,rule,gamma", CASES, ids=[f"{d}-{r}" for d, r, _ in CASES])
+def test_speculative_on_packed_models_equals_packed_baseline(drafter, rule, gamma):
+    target = packed_copy(tiny_llama(layers=4))
+    draft = packed_copy(noisy_copy(tiny_llama(layers=4), noise=0.02)) if drafter == "draft-model" else None
+    for prompt in PROMPTS:
+        baseline = generate(DecodeOptions(max_new_tokens=40), prompt, target=target).output_ids
+        options = DecodeOptions(method="speculative", drafter=drafter, rule=rule, gamma=gamma, max_draft=6,
+                                max_new_tokens=40)
+        trace = generate(options, prompt, target=target, draft=draft)
+        assert trace.output_ids == baseline, prompt
+        if drafter == "draft-model":
+            assert trace.totals["acceptance_rate"] > 0.3  # the noisy copy is a useful draft: verification really ran
