@@ -20,7 +20,8 @@ import torch
 
 from . import costs as cost_model
 from . import report
-from .runner import Method, Prompt, available_gib, describe, free_models, hf, ours, run_suite, set_threads
+from .runner import (Method, Prompt, available_gib, describe, free_models, hf, ours, run_suite, set_threads,
+                     use_kernels)
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets" / "bench"
@@ -35,10 +36,10 @@ MARGIN_GIB = 1.5
 PRESETS = {
     "quick": {"target": "smollm2-135m", "draft": None, "dtypes": ["float32"], "reps": 2, "max_new_tokens": 48,
               "per_kind": 1, "sweep": False, "curve_ns": cost_model.QUICK_NS, "curve_repeats": 3,
-              "baseline_norec": True},
+              "baseline_norec": True, "kernel_controls": True},
     "pair": {"target": "qwen2.5-coder-1.5b", "draft": "qwen2.5-coder-0.5b", "dtypes": ["float32", "bfloat16"],
              "reps": 2, "max_new_tokens": 128, "per_kind": 1, "sweep": True, "curve_ns": cost_model.QUICK_NS,
-             "curve_repeats": 3, "baseline_norec": False},
+             "curve_repeats": 3, "baseline_norec": False, "kernel_controls": True},
 }
 
 
@@ -74,6 +75,16 @@ def methods_for(preset: str, args) -> list[Method]:
                hf("hf/prompt-lookup", "HF prompt lookup (10 tokens)", "prompt-lookup")]
     if args.draft:
         chosen.append(hf("hf/assisted", "HF assisted generation", "draft-model"))
+    if PRESETS[preset]["kernel_controls"] if args.kernel_controls is None else args.kernel_controls:
+        # Controls that split a ratio into "kernels" and "algorithm": our baseline on stock kernels, and HF's own
+        # method on SpecLab's packed kernels (decoders/kernels.py).
+        chosen.append(ours("ours/baseline@stock", "SpecLab baseline, stock kernels", "baseline", kernels="stock"))
+        if args.draft:
+            chosen.append(hf("hf/assisted@packed", "HF assisted generation, packed kernels", "draft-model",
+                             kernels="packed"))
+        else:
+            chosen.append(hf("hf/prompt-lookup@packed", "HF prompt lookup (10 tokens), packed kernels",
+                             "prompt-lookup", kernels="packed"))
     if args.only:
         wanted = set(args.only.split(","))
         chosen = [m for m in chosen if m.key in wanted or m.key in ("ours/baseline",)]
@@ -171,15 +182,15 @@ def run(args, loader=default_loader, log=print) -> dict:
             p.ids = models["target"].encode_prompt(p.text, chat=True)
         run_data = {"models": {k: getattr(v, "name", k) for k, v in models.items()}, "dtype": dtype, "costs": {}}
         if not args.no_costs:
-            log("  cost curve t(n) ...")
-            context = prompts[0].ids
-            run_data["costs"]["target_curve"] = cost_model.forward_cost_curve(
-                models["target"].model, context,
-                tuple(int(n) for n in args.curve_ns.split(",")) if args.curve_ns else tuple(preset["curve_ns"]),
-                args.curve_repeats or preset["curve_repeats"])
-            if args.draft:
-                run_data["costs"]["draft"] = cost_model.draft_cost_ratio(models["target"].model,
-                                                                          models["draft"].model, context)
+            ns = tuple(int(n) for n in args.curve_ns.split(",")) if args.curve_ns else tuple(preset["curve_ns"])
+            for kind, suffix in (("packed", ""), ("stock", "_stock")):  # "" = as SpecLab runs (packed where it can)
+                use_kernels(models, kind)
+                log(f"  cost curve t(n), {kind} kernels ...")
+                run_data["costs"]["target_curve" + suffix] = cost_model.forward_cost_curve(
+                    models["target"].model, prompts[0].ids, ns, args.curve_repeats or preset["curve_repeats"])
+                if args.draft:
+                    run_data["costs"]["draft" + suffix] = cost_model.draft_cost_ratio(
+                        models["target"].model, models["draft"].model, prompts[0].ids)
         partial = Path(args.out) / f"{args.stem or args.preset}.partial.json"
 
         def save_partial(done, earlier=()):
@@ -232,6 +243,9 @@ def parse(argv=None):
     parser.add_argument("--no-costs", action="store_true")
     parser.add_argument("--curve-ns", default=None, help="comma list of n for t(n) (default: the preset's)")
     parser.add_argument("--curve-repeats", type=int, default=None)
+    parser.add_argument("--kernel-controls", dest="kernel_controls", action="store_true", default=None,
+                        help="also run our baseline on stock kernels and HF's method on packed kernels")
+    parser.add_argument("--no-kernel-controls", dest="kernel_controls", action="store_false")
     parser.add_argument("--only", help="comma list of method keys to run (ours/baseline always runs)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--report-only", metavar="JSON", help="no runs: rebuild the tables and chart from a saved "

@@ -35,6 +35,7 @@ class Method:
     temperature: float = 0.0
     peer: str | None = None  # the HF method this one is compared against
     baseline: str = "ours/baseline"  # speedups are measured against this method (temperature-0 baseline)
+    kernels: str = "packed"  # matmul kernels the models run on: "packed" (SpecLab's, decoders/kernels.py) | "stock"
 
     @property
     def needs_draft(self) -> bool:
@@ -46,16 +47,17 @@ class Method:
 
 
 def ours(key: str, label: str, kind: str, record: bool = True, temperature: float = 0.0, peer: str | None = None,
-         **options) -> Method:
+         kernels: str = "packed", **options) -> Method:
     if kind == "baseline":
         options = {"method": "baseline", **options}
     else:
         options = {"method": "speculative", "drafter": kind, **options}
-    return Method(key, label, "ours", kind, options, record, temperature, peer)
+    return Method(key, label, "ours", kind, options, record, temperature, peer, kernels=kernels)
 
 
-def hf(key: str, label: str, kind: str) -> Method:
-    return Method(key, label, "hf", kind, {}, True, 0.0, None)
+def hf(key: str, label: str, kind: str, kernels: str = "stock") -> Method:
+    """HF peers run on stock nn.Linear by default: transformers as users run it."""
+    return Method(key, label, "hf", kind, {}, True, 0.0, None, kernels=kernels)
 
 
 HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup"}
@@ -146,6 +148,7 @@ def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, s
     target, draft = models["target"], models.get("draft")
     if method.needs_draft and draft is None:
         raise ValueError(f"{method.key} needs a draft model")
+    use_kernels(models, method.kernels)  # outside every timed region
     if method.family == "ours":
         result = run_ours(method, target, prompt, max_new_tokens, draft, seed)
     else:
@@ -163,6 +166,25 @@ def rotate(items: list, k: int) -> list:
     return items[k:] + items[:k]
 
 
+def use_kernels(models: dict, kind: str) -> None:
+    """Put every loaded model on `kind` kernels (a no-op where packing does not apply, e.g. bfloat16)."""
+    from decoders import kernels
+
+    for loaded in models.values():
+        model = getattr(loaded, "model", None)
+        if model is not None and (kind == kernels.STOCK or kernels.packing_available(model)):
+            kernels.use(model, kind)
+
+
+def run_order(methods: list[Method], k: int) -> list[Method]:
+    """Rotate within each kernel group and alternate which group goes first: two kernel switches per prompt at most
+    (a switch re-lays-out every weight: seconds for the 1.5B), and no method always runs first or last."""
+    groups = [rotate([m for m in methods if m.kernels == kind], k) for kind in ("packed", "stock")]
+    other = [m for m in methods if m.kernels not in ("packed", "stock")]
+    first, second = (groups[0], groups[1]) if k % 2 == 0 else (groups[1], groups[0])
+    return first + second + other
+
+
 def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: int, max_new_tokens: int,
               log=print, warmup: bool = True, on_record=None) -> list[dict]:
     """Every method on every prompt, `reps` times, interleaved. Returns one raw record per run."""
@@ -178,7 +200,7 @@ def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: 
     done = 0
     for rep in range(reps):
         for p_index, prompt in enumerate(prompts):
-            for method in rotate(methods, rep * len(prompts) + p_index):
+            for method in run_order(methods, rep * len(prompts) + p_index):
                 seed = rep if not method.greedy else 0
                 result = run_one(method, models, prompt, max_new_tokens, seed)
                 result["rep"] = rep
@@ -258,7 +280,7 @@ def describe(method: Method) -> dict:
     """Plain-data description of a method for the JSON (and for the report's predicted-speedup columns)."""
     return {"key": method.key, "label": method.label, "family": method.family, "kind": method.kind,
             "record": method.record, "temperature": method.temperature, "peer": method.peer,
-            "baseline": method.baseline, "options": dict(method.options),
+            "baseline": method.baseline, "options": dict(method.options), "kernels": method.kernels,
             "rule": method.options.get("rule", "static") if method.family == "ours" and method.kind != "baseline"
             else None,
             "gamma": method.options.get("gamma", 4) if method.family == "ours" and method.kind != "baseline"

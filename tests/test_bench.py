@@ -7,7 +7,7 @@ import pytest
 
 from bench import costs, report
 from bench.__main__ import main
-from bench.runner import Method, mark_identity, rotate
+from bench.runner import Method, hf, mark_identity, ours, rotate, run_order
 
 
 def test_leviathan_formula():
@@ -69,6 +69,18 @@ def test_rotate_interleaves():
     assert rotate([1, 2, 3], 4) == [2, 3, 1]
 
 
+def test_run_order_groups_kernels_and_alternates_which_group_first():
+    packed = [ours(f"ours/m{i}", "m", "baseline") for i in range(3)]
+    stock = [hf("hf/greedy", "g", "baseline"), ours("ours/baseline@stock", "s", "baseline", kernels="stock")]
+    for k in range(4):
+        order = run_order(packed + stock, k)
+        assert sorted(m.key for m in order) == sorted(m.key for m in packed + stock)
+        switches = sum(a.kernels != b.kernels for a, b in zip(order, order[1:]))
+        assert switches == 1  # one kernel switch per prompt
+        assert order[0].kernels == ("packed" if k % 2 == 0 else "stock")
+    assert {run_order(packed + stock, k)[0].key for k in (0, 2, 4)} == {m.key for m in packed}  # rotation
+
+
 @pytest.fixture(scope="module")
 def tiny_loader():
     from tiny import noisy_copy, tiny_qwen2
@@ -94,6 +106,9 @@ def test_pair_preset_end_to_end_on_tiny_models(tmp_path, tiny_loader, capsys):
         assert r["tok_s"] is None or r["tok_s"] > 0
     assert {t["target"].split(" ")[0] for t in run["targets"]} >= {"draft", "prompt", "trace", "AdaEDL"}
     assert set(run["costs"]["target_curve"]["t"]) >= {"1", "64"} and run["costs"]["draft"]["c"] > 0
+    assert run["costs"]["target_curve_stock"]["t"]["1"] == 1.0 and run["costs"]["draft_stock"]["c"] > 0
+    assert {"ours/baseline@stock", "hf/assisted@packed"} <= keys  # the kernel controls ran
+    assert "stock PyTorch kernels" in printed and "(control) draft model ÷ HF assisted" in printed
     data = json.loads((tmp_path / "tiny.json").read_text())
     assert data["peer_settings"]["hf/assisted"]["num_assistant_tokens"] == 20
     assert (tmp_path / "tiny.md").read_text() in printed
