@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from decoders import kernels
+
 from . import costs as cost_model
 from . import report
 from .runner import (Method, Prompt, available_gib, describe, free_models, hf, ours, run_suite, set_threads,
@@ -185,6 +187,10 @@ def run(args, loader=default_loader, log=print) -> dict:
             ns = tuple(int(n) for n in args.curve_ns.split(",")) if args.curve_ns else tuple(preset["curve_ns"])
             for kind, suffix in (("packed", ""), ("stock", "_stock")):  # "" = as SpecLab runs (packed where it can)
                 use_kernels(models, kind)
+                if kind == "packed":
+                    run_data["costs"]["packed"] = kernels.kernels_of(models["target"].model) == kernels.PACKED
+                elif not run_data["costs"]["packed"]:
+                    break  # nothing packs here (bfloat16, GPU): the first curve already is the stock one
                 log(f"  cost curve t(n), {kind} kernels ...")
                 run_data["costs"]["target_curve" + suffix] = cost_model.forward_cost_curve(
                     models["target"].model, prompts[0].ids, ns, args.curve_repeats or preset["curve_repeats"])

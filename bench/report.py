@@ -223,7 +223,8 @@ def markdown(result: dict) -> str:
                              f" | {_f(_pct(row['recorder_share_on']), 2, '%')} | {row['pairs']} |")
             lines.append("")
         costs = run.get("costs") or {}
-        for suffix, kind in (("", "SpecLab's kernels"), ("_stock", "stock PyTorch kernels")):
+        first = "SpecLab's packed kernels" if costs.get("packed", True) else "stock kernels (nothing packs here)"
+        for suffix, kind in (("", first), ("_stock", "stock PyTorch kernels")):
             curve = costs.get("target_curve" + suffix)
             if curve:
                 ns = list(curve["t"].keys())
