@@ -243,7 +243,7 @@ def parse(argv=None):
     parser.add_argument("--sweep", dest="sweep", action="store_true", default=None)
     parser.add_argument("--no-sweep", dest="sweep", action="store_false")
     parser.add_argument("--sweep-reps", type=int, default=None)
-    parser.add_argument("--sweep-max-draft", type=int, default=8)
+    parser.add_argument("--sweep-max-draft", type=int, default=12)
     parser.add_argument("--sweep-dtypes", default=None, help="run the T=1 sweep only for these dtypes (comma list)")
     parser.add_argument("--sweep-prompts", type=int, default=None, help="code prompts in the T=1 sweep (default all)")
     parser.add_argument("--no-costs", action="store_true")
