@@ -281,7 +281,7 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress) ->
         say(f"moving to {device}…")
         model.to(device)
     elif os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
-        source += ", oneDNN-packed float32 matmuls"
+        say("float32 matmuls packed for oneDNN (decoders/kernels.py)")  # traces record it as models.*.kernels
     say(f"ready ({source})")
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, source=source,
                        load_seconds=time.perf_counter() - start,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from decoders import model_files, models
+from decoders import kernels, model_files, models
 from decoders.model_files import WeightPart, find_converted, is_complete_dir, join_parts, save_dir
 from decoders.models import ModelError, TokenizerOnly, check_tokenizers_compatible, load_model, load_tokenizer
 
@@ -266,6 +266,7 @@ def test_first_load_converts_then_uses_the_copy(tmp_cache):
     half = load_model("smollm2-135m", dtype="bfloat16", device="cpu")
     assert half.source.endswith("(cast to bfloat16)") and half.model.dtype == torch.bfloat16
     assert is_complete_dir(model_files.converted_dir("smollm2-135m", "bfloat16"))
+    kernels.unpack(cached.model)  # float32 CPU models load packed; unpacking restores the exact dense weights
     full = cached.model.state_dict()
     assert all(torch.equal(full[k].to(torch.bfloat16), v) for k, v in half.model.state_dict().items())
     models.unload_all()
