@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from decoders import kernels
+
 from . import peers
 
 
@@ -167,13 +169,9 @@ def rotate(items: list, k: int) -> list:
 
 
 def use_kernels(models: dict, kind: str) -> None:
-    """Put every loaded model on `kind` kernels (a no-op where packing does not apply, e.g. bfloat16)."""
-    from decoders import kernels
-
+    """Put every loaded model on `kind` kernels (packing is a no-op where it does not apply, e.g. bfloat16)."""
     for loaded in models.values():
-        model = getattr(loaded, "model", None)
-        if model is not None and (kind == kernels.STOCK or kernels.packing_available(model)):
-            kernels.use(model, kind)
+        kernels.use(loaded.model, kind)
 
 
 def run_order(methods: list[Method], k: int) -> list[Method]:
