@@ -1,0 +1,183 @@
+"""The Whisper tab's views (pure: traces in, figures and HTML out; no torch, no models).
+
+- beam_figure: one decoder's beam tree up to a step (plotly + networkx, the same tidy layout as the draft tree):
+  earlier steps show the beams that lived, finished or were refused; the chosen step shows its whole pool.
+  Hover: token, log p, cumulative score, lookahead key, EOT gap. Nodes on the chosen transcript's path get a
+  black outline; from the first token where this decoder's transcript departs from the reference decoder's,
+  the path is drawn thick (the divergence).
+- results_html: per decoder the transcript as a word-level diff against the reference, WER, time, RTF.
+"""
+from __future__ import annotations
+
+import html
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from decoders.whisper.trace import WhisperTrace
+from decoders.whisper.wer import align, wer
+
+from .render_tree import tidy_layout
+from .theme import OKABE_ITO, describe, sig, title_margin, visible_token, wrap_title
+
+BEAM_COLORS = {"root": "#4c4c4c", "kept": OKABE_ITO["blue"], "finished": OKABE_ITO["bluish green"],
+               "dropped": "#c7c7c7", "filtered": OKABE_ITO["vermillion"], "overflow": OKABE_ITO["orange"]}
+BEAM_SYMBOLS = {"root": "circle", "kept": "circle", "finished": "square", "dropped": "circle-open",
+                "filtered": "x", "overflow": "square-open"}
+BEAM_LABELS = {"root": "start of transcript", "kept": "kept (live beam)", "finished": "finished (EOT)",
+               "dropped": "dropped", "filtered": "EOT refused (Filter-Ends)", "overflow": "finished, pool full"}
+DIFF_STYLE = {"ok": "", "sub": f"background:{OKABE_ITO['orange']}33;text-decoration:underline wavy",
+              "ins": f"background:{OKABE_ITO['sky blue']}44;text-decoration:underline",
+              "del": f"background:{OKABE_ITO['vermillion']}33;text-decoration:line-through"}
+PERSISTENT = ("kept", "finished", "filtered", "overflow")  # what earlier steps keep on screen
+
+
+def chosen_path(trace: WhisperTrace) -> list[int]:
+    """Node ids from the root's child to the node of the chosen transcript."""
+    if not trace.final:
+        return []
+    node, path = trace.final[0].node, []
+    while node > 0:
+        path.append(node)
+        node = trace.nodes[node].parent
+    return path[::-1]
+
+
+def divergence(trace: WhisperTrace, reference: WhisperTrace | None) -> int | None:
+    """Index of the first output token where trace's transcript differs from reference's (None: identical)."""
+    if reference is None or trace.output_ids == reference.output_ids:
+        return None
+    pairs = zip(trace.output_ids, reference.output_ids)
+    return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(trace.output_ids), len(reference.output_ids)))
+
+
+def shown_nodes(trace: WhisperTrace, step: int) -> list[int]:
+    """Root, the persistent nodes of steps before `step`, and the whole pool of `step`."""
+    keep = [0]
+    for node in trace.nodes[1:]:
+        if node.step < step and node.status in PERSISTENT or node.step == step:
+            keep.append(node.id)
+    return keep
+
+
+def beam_figure(trace: WhisperTrace | None, step: int | None = None,
+                reference: WhisperTrace | None = None) -> go.Figure:
+    fig = go.Figure()
+    if trace is None or not trace.steps:
+        fig.update_layout(title="no beam search yet", height=260, xaxis_visible=False, yaxis_visible=False)
+        return fig
+    step = len(trace.steps) - 1 if step is None else max(0, min(step, len(trace.steps) - 1))
+    graph = nx.DiGraph()
+    for node_id in shown_nodes(trace, step):
+        graph.add_node(node_id)
+        if node_id:
+            graph.add_edge(trace.nodes[node_id].parent, node_id)
+    pos = tidy_layout(graph)
+    path = set(chosen_path(trace))
+    split = divergence(trace, reference)
+    diverged = set(chosen_path(trace)[split:]) if split is not None else set()
+    _edges(fig, graph, pos, path, diverged)
+    _nodes(fig, trace, graph, pos, path, step)
+    title = wrap_title(f"{trace.label} · step {step + 1} of {len(trace.steps)} · "
+                       f"{len(trace.steps[step].candidates)} candidates")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=max(320, 18 * (len(pos) ** 0.5) * 6),
+                      margin={"l": 10, "r": 10, "t": title_margin(title), "b": 10}, hovermode="closest",
+                      xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"},
+                      legend={"orientation": "h", "y": -0.02, "yanchor": "top"}, plot_bgcolor="white")
+    counts = {s: sum(trace.nodes[n].status == s for n in trace.steps[step].candidates) for s in BEAM_LABELS}
+    summary = ", ".join(f"{v} {BEAM_LABELS[s]}" for s, v in counts.items() if v)
+    return describe(fig, f"Beam tree of {trace.label} at step {step + 1}: {summary}.")
+
+
+def _edges(fig, graph, pos, path, diverged) -> None:
+    for group, width, color in (("other", 1, "#b0b0b0"), ("path", 2.5, "#000000"), ("diverged", 5, OKABE_ITO["reddish purple"])):
+        xs, ys = [], []
+        for parent, child in graph.edges:
+            kind = "diverged" if child in diverged else "path" if child in path else "other"
+            if kind == group:
+                xs += [pos[parent][0], pos[child][0], None]
+                ys += [pos[parent][1], pos[child][1], None]
+        if xs:
+            name = {"path": "chosen transcript", "diverged": "diverges from the first decoder"}.get(group)
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"width": width, "color": color},
+                                     hoverinfo="skip", name=name or "edge", showlegend=name is not None))
+
+
+def _nodes(fig, trace, graph, pos, path, step) -> None:
+    for status, label in BEAM_LABELS.items():
+        ids = [n for n in graph.nodes if trace.nodes[n].status == status]
+        if not ids:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name=label,
+            text=[visible_token(trace.nodes[n].text, 10) for n in ids], textposition="middle right",
+            textfont={"size": 10}, hovertext=[_hover(trace, n) for n in ids], hoverinfo="text",
+            marker={"size": [13 if trace.nodes[n].step == step else 9 for n in ids], "color": BEAM_COLORS[status],
+                    "symbol": BEAM_SYMBOLS[status],
+                    "line": {"width": [2.5 if n in path else 0.5 for n in ids], "color": "#000000"}}))
+
+
+def _hover(trace: WhisperTrace, node_id: int) -> str:
+    node = trace.nodes[node_id]
+    if node_id == 0:
+        return "start of transcript"
+    lines = [f"<b>{html.escape(repr(node.text))}</b> (token {node.token}) · step {node.step + 1}",
+             f"status: {BEAM_LABELS[node.status]}", f"log p(token | beam) = {sig(node.logprob)}",
+             f"cumulative log p (search score) = {sig(node.score)}"]
+    if node.key is not None:
+        lines.append(f"lookahead key (ranking) = {sig(node.key)}")
+    if node.eot_gap is not None:
+        lines.append(f"log p(EOT) − best other token = {sig(node.eot_gap)}")
+    prefix = "".join(trace.nodes[n].text for n in _ancestors(trace, node_id))
+    lines.append("text so far: " + html.escape(prefix[-60:]))
+    return "<br>".join(lines)
+
+
+def _ancestors(trace: WhisperTrace, node_id: int) -> list[int]:
+    chain = []
+    while node_id > 0:
+        chain.append(node_id)
+        node_id = trace.nodes[node_id].parent
+    return chain[::-1]
+
+
+def diff_html(reference: str, hypothesis: str) -> str:
+    """The hypothesis word by word against the reference: substitutions (wavy), insertions, deletions (struck)."""
+    parts = []
+    for op in align(reference, hypothesis):
+        if op.op == "ok":
+            parts.append(html.escape(op.hyp))
+        elif op.op == "sub":
+            parts.append(f'<span class="wd-sub" style="{DIFF_STYLE["sub"]}" title="reference: '
+                         f'{html.escape(op.ref)}">{html.escape(op.hyp)}</span>')
+        elif op.op == "ins":
+            parts.append(f'<span class="wd-ins" style="{DIFF_STYLE["ins"]}" title="not in the reference">'
+                         f'{html.escape(op.hyp)}</span>')
+        else:
+            parts.append(f'<span class="wd-del" style="{DIFF_STYLE["del"]}" title="missing">{html.escape(op.ref)}</span>')
+    return " ".join(parts)
+
+
+def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
+    """The decoders side by side: transcript (diffed when a reference is given), WER, time, real-time factor."""
+    if not traces:
+        return '<div id="sw-results">No transcription yet.</div>'
+    has_ref = bool(reference.strip())
+    head = "<tr><th>decoder</th><th>transcript</th>" + ("<th>WER</th>" if has_ref else "") + \
+           "<th>time</th><th>RTF</th><th>steps</th></tr>"
+    first = traces[0]
+    rows = []
+    for trace in traces:
+        text = diff_html(reference, trace.output_text) if has_ref else html.escape(trace.output_text)
+        split = divergence(trace, first)
+        note = "" if split is None else f'<br><small class="sw-diverge">diverges from {html.escape(first.decoder)} ' \
+                                        f"at token {split + 1}</small>"
+        rtf = trace.seconds / trace.audio["seconds"] if trace.audio.get("seconds") else float("nan")
+        wer_cell = f"<td>{wer(reference, trace.output_text):.1%}</td>" if has_ref else ""
+        rows.append(f'<tr data-decoder="{html.escape(trace.decoder)}"><td>{html.escape(trace.label)}</td>'
+                    f'<td class="sw-text">{text}{note}</td>{wer_cell}<td>{trace.seconds:.2f} s</td>'
+                    f"<td>{rtf:.2f}</td><td>{len(trace.steps)}</td></tr>")
+    legend = ('<p class="sw-legend"><span style="%s">substituted</span> · <span style="%s">inserted</span> · '
+              '<span style="%s">missing</span> (against the reference, after lower-casing and dropping punctuation)'
+              "</p>" % (DIFF_STYLE["sub"], DIFF_STYLE["ins"], DIFF_STYLE["del"])) if has_ref else ""
+    return f'<div id="sw-results"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'

@@ -1,0 +1,111 @@
+"""The Whisper tab's handlers and views, without a browser: bad audio gives a message, decoders side by side,
+word-level diff and WER, the beam tree per step."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("whisper")
+
+from whisper_helpers import AUDIO, CLIPS, SHORT_CLIPS  # noqa: E402
+
+from app.render_beams import BEAM_LABELS, beam_figure, diff_html, shown_nodes  # noqa: E402
+from app.whisper_tab import DECODERS, show_step, transcribe_all  # noqa: E402
+from decoders.whisper.trace import WhisperTrace  # noqa: E402
+from decoders.whisper.wer import align, corpus_wer, normalise, wer  # noqa: E402
+
+KNOBS = dict(beam_size=3, eot_margin=1.0, depth=2, aggregate="min")
+
+
+def run(audio, decoders=("greedy", "beam"), model="whisper-tiny.en", language="en", reference=""):
+    return transcribe_all(audio, reference, model, language, list(decoders), **KNOBS)
+
+
+def test_wer_normalises_case_punctuation_and_hyphens():
+    assert normalise("He was not an ill-disposed young man.") == "he was not an ill disposed young man".split()
+    assert normalise("10 of clubs, 5-5, 42") == "ten of clubs five five forty two".split()
+    assert wer("a b c", "a x c") == pytest.approx(1 / 3)
+    assert wer("a b c", "a b c d") == pytest.approx(1 / 3)
+    assert [op.op for op in align("a b c", "a c")] == ["ok", "del", "ok"]
+    assert corpus_wer([("a b", "a b"), ("c d e f", "c")]) == pytest.approx(3 / 6)
+    with pytest.raises(ValueError, match="reference"):
+        wer("", "anything")
+
+
+def test_diff_marks_substitutions_insertions_and_deletions():
+    out = diff_html("he was an ill man", "he was an old man indeed")
+    assert 'class="wd-sub" ' in out and "reference: ill" in out and 'class="wd-ins"' in out
+    assert 'class="wd-del"' in diff_html("he was an ill man", "he was ill man")
+
+
+def test_text_file_renamed_wav_gives_a_message(tmp_path):
+    fake = tmp_path / "speech.wav"
+    fake.write_text("hello, I am a text file")
+    out = run(str(fake))
+    assert "not an audio file" in out["error"] and "speech.wav" in out["error"]
+
+
+def test_silent_and_missing_audio_give_messages():
+    import numpy as np
+
+    assert "silent" in run((16_000, np.zeros(16_000, dtype=np.int16)))["error"]
+    assert "Record or upload" in run(None)["error"]
+    assert "at least one decoder" in run(str(AUDIO / SHORT_CLIPS[0]), decoders=())["error"]
+
+
+@pytest.mark.slow
+def test_english_only_model_with_vietnamese_gives_a_message():
+    out = run(str(AUDIO / SHORT_CLIPS[0]), language="vi")
+    assert "English-only" in out["error"]
+
+
+@pytest.mark.slow
+def test_decoders_side_by_side_with_wer_and_trees():
+    name = SHORT_CLIPS[0]
+    out = run(str(AUDIO / name), decoders=("beam", "greedy"), reference=CLIPS[name]["reference"])
+    assert out["error"] == ""
+    assert [t["decoder"] for t in out["traces"]] == ["greedy", "beam"]  # always in the fixed order
+    assert out["results"].count("<tr data-decoder=") == 2 and "%</td>" in out["results"]
+    visible = [out[f"tree_{i}"]["visible"] for i in range(len(DECODERS))]
+    assert visible == [True, True] + [False] * (len(DECODERS) - 2)
+    steps = max(len(t["steps"]) for t in out["traces"])
+    assert out["step"]["maximum"] == steps
+    first = show_step(out["traces"], 1)["tree_1"]["value"]
+    beam = WhisperTrace.from_dict(out["traces"][1])
+    drawn = sum(len(t.x) for t in first.data if t.mode == "markers+text")
+    assert drawn == len(shown_nodes(beam, 0)) == 1 + len(beam.steps[0].candidates)
+
+
+def test_beam_figure_hover_and_persistent_nodes():
+    from decoders.whisper.trace import BeamNode, BeamStep, FinalCandidate
+
+    nodes = [BeamNode(0, -1, -1, -1, "", 0.0, 0.0, "root"),
+             BeamNode(1, 0, 0, 10, " he", -0.1, -0.1, "kept"), BeamNode(2, 0, 0, 11, " she", -2.5, -2.5, "dropped"),
+             BeamNode(3, 1, 1, 50256, "<|endoftext|>", -0.2, -0.3, "finished", eot_gap=0.4),
+             BeamNode(4, 1, 1, 12, " was", -1.9, -2.0, "kept")]
+    steps = [BeamStep(0, [1, 2], [1]), BeamStep(1, [3, 4], [4], [3])]
+    trace = WhisperTrace("beam", "standard beam search (Whisper's own)", {}, "whisper-tiny.en", "en",
+                         {"seconds": 1.0}, [50257], nodes, steps, [FinalCandidate(3, [10], "he", -0.3, 1, -0.3)],
+                         [10], "he", 0.5)
+    assert shown_nodes(trace, 1) == [0, 1, 3, 4]  # the dropped " she" of step 0 is gone at step 1
+    fig = beam_figure(trace, 1)
+    hover = " ".join(h for t in fig.data if t.hovertext for h in t.hovertext)
+    assert "log p(EOT) − best other token = 0.400" in hover and "cumulative log p (search score) = -2.00" in hover
+    names = {t.name for t in fig.data}
+    assert {BEAM_LABELS["finished"], BEAM_LABELS["kept"], "chosen transcript"} <= names
+
+
+def test_a_one_step_search_gives_a_slider_gradio_accepts(monkeypatch):
+    """Gradio refuses a slider with minimum == maximum (the step slider starts at 1): one step must not crash."""
+    import decoders.whisper.task as task  # whisper_tab imports transcribe from here at call time
+
+    real = task.transcribe
+
+    def one_step(clip, options):
+        trace = real(clip, options)
+        trace.steps = trace.steps[:1]
+        return trace
+
+    monkeypatch.setattr(task, "transcribe", one_step)
+    out = run(str(AUDIO / SHORT_CLIPS[0]), decoders=("greedy",))
+    assert not out["error"]
+    assert out["step"]["maximum"] > 1 and out["step"]["value"] == 1 and out["step"]["visible"] is False
