@@ -1,0 +1,227 @@
+"""The Beams tab: beam search, beam sampling and DSBD (decoders/beams) on a prompt, with the forest of every
+iteration, DSBD's D[W] per layer, beam scores over time and the ranked finished candidates (app/render_forest.py).
+
+The handlers return plain dicts (tests call them without a browser). Stop: the beam runner does not poll a stop
+request, so `run_beams` checks the tab's RunSession between iterations and closes the decoder's generator, whose
+`finally` frees the caches."""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import gradio as gr
+
+from decoders.beams.trace import BeamTrace, BeamTraceError
+from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
+
+from . import handlers
+from .hosting import check_model_allowed, gpu, registry_only
+from .render_forest import (DSBD_NOTE, candidates_html, forest_figure, scores_figure, summary_line,
+                            width_figure)
+from .session import RunSession
+
+DEFAULT_MODEL = "smollm2-135m"
+SAME_AS_PAIRING = "registry pairing"  # the draft box's default: the target's default draft (DSBD only)
+MEMORY_MODES = {"all beams (one KV row each)": False, "one input beam (one KV row)": True}
+OUTPUTS = ("status", "error", "forest", "width", "scores", "candidates", "iteration", "trace")
+STREAM_EVERY = 0.25  # s between two drawn iterations while a run streams (the last one is always drawn)
+
+METHOD_HELP = """
+**beam search**: every step keeps the `width` most likely continuations (cumulative log-probability); one target
+forward per token, `width` KV rows.
+
+**beam sampling**: every step draws `width` (beam, token) pairs from the beams' joint distribution; one target forward
+per token, `width` KV rows.
+
+**DSBD** (draft-based beam decoding): a draft model grows a forest of W draws per layer over γ layers; the target
+scores the whole forest in one forward and keeps, layer by layer, the beams recursive rejection sampling accepts.
+A layer's width K is the largest k the W drafts produce with probability at least thres (the D[W] chart). The
+memory mode "one input beam" carries a single beam between iterations (one target KV row).
+"""
+
+
+def options_for(method: str, model: str, draft: str | None, width, gamma, thres, min_width, memory: str,
+                max_tokens, seed) -> DecodeOptions:
+    """The controls as validated DecodeOptions (OptionsError with the fix on bad input)."""
+    if method not in BEAM_METHODS:
+        raise OptionsError(f"method must be one of {', '.join(BEAM_METHODS)}, got {method!r}")
+    if memory not in MEMORY_MODES:
+        raise OptionsError(f"memory mode must be one of: {', '.join(MEMORY_MODES)}")
+    model = (model or "").strip()
+    if not model:
+        raise OptionsError("choose a model")
+    draft = None if not draft or draft == SAME_AS_PAIRING or method != "dsbd" else draft.strip()
+    try:
+        numbers = dict(width=int(width), gamma=int(gamma), min_width=int(min_width), thres=float(thres),
+                       max_new_tokens=int(max_tokens), seed=int(seed))
+    except (TypeError, ValueError):
+        raise OptionsError("width, γ, min width, max tokens and seed must be whole numbers; thres a number") from None
+    return DecodeOptions(method=method, model=model, draft_model=draft, one_input_beam=MEMORY_MODES[memory],
+                         temperature=0.0 if method == "beam-search" else 1.0, **numbers).validate()
+
+
+def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, thres, min_width, memory: str,
+              max_tokens, seed, session: RunSession | None = None) -> Iterator[dict]:
+    """The Run button: validate, load, then stream the drawn iterations until the run ends or Stop is pressed."""
+    session = session if session is not None else RunSession()
+    if not (prompt or "").strip():
+        yield _error("Type a prompt first.")
+        return
+    try:
+        options = options_for(method, model, draft, width, gamma, thres, min_width, memory, max_tokens, seed)
+        check_model_allowed(options.model)
+        check_model_allowed(options.draft_model, "draft model")
+        draft_name = handlers.draft_name(options)
+    except OptionsError as err:
+        hint = " (or choose one in 'Draft model (DSBD)')" if "draft_model=" in str(err) else ""
+        yield _error(f"{err}{hint}")
+        return
+    if not session.begin():
+        yield {**_skip(), "status": "Cancelled: Stop was pressed while this run waited; nothing ran."}
+        return
+    iterations = decode_iterations(options.to_dict(), prompt, draft_name)
+    trace = None
+    try:
+        yield {**_skip(), "status": f"Loading {options.model}" + (f" and {draft_name}" if draft_name else "") + " …",
+               "error": ""}
+        for data in iterations:
+            trace = BeamTrace.from_dict(data)
+            session.latest = trace
+            if session.stop_requested.is_set():
+                break  # the finally below closes the decoder (its caches go with it)
+            yield views(trace)
+    except (OptionsError, BeamTraceError, *handlers.model_error_types()) as err:
+        yield _error(str(err))
+        return
+    finally:
+        iterations.close()
+        session.end()
+    if trace is not None and session.stop_requested.is_set():
+        trace.stop_reason = "cancelled"
+        yield {**views(trace), "status": "Stopped. " + summary_line(trace)}
+
+
+@gpu(duration=120)
+def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Iterator[dict]:
+    """Plain beam-trace dicts: at most one per STREAM_EVERY seconds, and always the last. Closing this generator
+    closes the decoder's, whose `finally` frees every cache."""
+    from decoders.api import stream
+
+    opts = DecodeOptions(**options)
+    target = handlers.load(opts.model, opts)
+    draft = handlers.load(draft_name, opts) if draft_name else None
+    with handlers.DECODE_LOCK:
+        steps = stream(opts, prompt, target=target, draft=draft)
+        trace, last = None, 0.0
+        try:
+            for trace in steps:
+                if time.monotonic() - last >= STREAM_EVERY:
+                    yield trace.to_dict()
+                    last = time.monotonic()
+        finally:
+            steps.close()
+        if trace is not None:
+            yield trace.to_dict()
+
+
+def views(trace: BeamTrace, index: int | None = None) -> dict:
+    count = len(trace.iterations)
+    return {"status": summary_line(trace), "error": "", "forest": forest_figure(trace, index),
+            "width": width_figure(trace, index), "scores": scores_figure(trace, index),
+            "candidates": candidates_html(trace),
+            # Gradio refuses a slider whose minimum equals its maximum: a one-iteration run keeps 1..2, hidden
+            "iteration": gr.update(minimum=1, maximum=max(2, count), value=max(1, count), visible=count > 1),
+            "trace": trace.to_dict()}
+
+
+def show_iteration(trace_dict: dict | None, value) -> dict:
+    """The iteration slider: redraw the views of one recorded iteration (1-based), without a model."""
+    if not trace_dict:
+        return {"forest": gr.skip(), "width": gr.skip(), "scores": gr.skip()}
+    trace = BeamTrace.from_dict(trace_dict)
+    index = int(value) - 1 if value else None
+    return {"forest": forest_figure(trace, index), "width": width_figure(trace, index),
+            "scores": scores_figure(trace, index)}
+
+
+def stop(session: RunSession | None) -> dict:
+    """Stop: the running beam run ends at its next iteration and shows it; queued runs will not decode."""
+    if session is None or (not session.running and not session.queued):
+        return {"status": gr.skip(), "error": ""}
+    session.request_stop()
+    return {"status": "Stopping at the next iteration …", "error": ""}
+
+
+def _skip() -> dict:
+    return {name: gr.skip() for name in OUTPUTS}
+
+
+def _error(message: str) -> dict:
+    import html
+
+    return {**_skip(), "error": f'<div class="sl-error" id="bm-error-msg">{html.escape(message)}</div>'}
+
+
+def _model_choices() -> list[str]:
+    try:
+        from decoders.models import available_models
+
+        return available_models()
+    except ImportError:
+        return [DEFAULT_MODEL]
+
+
+def build() -> None:
+    """The tab's components and events; call inside a gr.Tab."""
+    models = _model_choices()
+    gr.Markdown("Several beams at once: beam search, beam sampling, and DSBD (draft-based beam decoding, where a "
+                "draft model proposes a forest and the target keeps the beams it accepts). DSBD needs a draft model: "
+                "the Qwen2.5-Coder pair (1.5B target, 0.5B draft) when installed, or any model as its own draft "
+                f"(every draw is then accepted). *{DSBD_NOTE}*", elem_id="bm-intro")
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
+            prompt = gr.Textbox("Write a Python function that reverses a string.", lines=3, label="Prompt",
+                                elem_id="bm-prompt")
+            with gr.Row():
+                run = gr.Button("Run", variant="primary", elem_id="bm-run")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="bm-stop")
+        with gr.Column(scale=2, min_width=320):
+            method = gr.Radio(list(BEAM_METHODS), value="beam-sampling", label="Method", elem_id="bm-method")
+            model = gr.Dropdown(models, value=DEFAULT_MODEL if DEFAULT_MODEL in models else models[0],
+                                label="Target model", allow_custom_value=not registry_only(), elem_id="bm-model")
+            draft = gr.Dropdown([SAME_AS_PAIRING] + models, value=SAME_AS_PAIRING, label="Draft model (DSBD)",
+                                allow_custom_value=not registry_only(), elem_id="bm-draft")
+        with gr.Column(scale=2, min_width=320):
+            width = gr.Slider(1, 8, value=4, step=1, label="width (beams; DSBD: W draws per layer)")
+            gamma = gr.Slider(1, 8, value=4, step=1, label="γ (DSBD: draft layers per iteration)")
+            thres = gr.Slider(0.05, 1.0, value=0.7, step=0.05, label="thres (DSBD: width cut on P(A ≥ K))")
+            min_width = gr.Slider(1, 8, value=1, step=1, label="min width (DSBD: K_min)")
+            memory = gr.Radio(list(MEMORY_MODES), value=next(iter(MEMORY_MODES)), label="memory mode (DSBD)")
+            max_tokens = gr.Slider(1, 256, value=48, step=1, label="max tokens")
+            seed = gr.Number(0, precision=0, label="seed")
+    out = {"status": gr.Markdown("", elem_id="bm-status"), "error": gr.HTML("", elem_id="bm-error"),
+           "iteration": gr.Slider(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
+                                  elem_id="bm-iteration"),
+           "forest": gr.Plot(forest_figure(None), label="beam forest", elem_id="bm-forest")}
+    with gr.Row():
+        out["width"] = gr.Plot(width_figure(None), label="D[W] and the chosen width", elem_id="bm-width")
+        out["scores"] = gr.Plot(scores_figure(None), label="beam scores", elem_id="bm-scores")
+    out["candidates"] = gr.HTML(candidates_html(None), elem_id="bm-candidates-box")
+    out["trace"] = gr.State(None)
+    with gr.Accordion("What each method does", open=False):
+        gr.Markdown(METHOD_HELP, elem_id="bm-help")
+    session = gr.State(RunSession())  # this tab's runs, for Stop; per browser session, server-side
+    outs = [out[n] for n in OUTPUTS]
+    inputs = [prompt, model, draft, method, width, gamma, thres, min_width, memory, max_tokens, seed, session]
+
+    def run_fn(*args):
+        for result in run_beams(*args[:-1], session=args[-1]):
+            yield tuple(result.get(n, gr.skip()) for n in OUTPUTS)
+
+    run.click(run_fn, inputs, outs, concurrency_limit=1, concurrency_id="beams", api_name="beams_run")
+    stop_btn.click(lambda s: tuple(stop(s)[n] for n in ("status", "error")), [session],
+                   [out["status"], out["error"]], api_name="beams_stop")
+    views_out = ("forest", "width", "scores")
+    out["iteration"].input(lambda t, v: tuple(show_iteration(t, v)[n] for n in views_out),
+                           [out["trace"], out["iteration"]], [out[n] for n in views_out],
+                           trigger_mode="always_last", api_name="beams_iteration")

