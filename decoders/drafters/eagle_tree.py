@@ -1,0 +1,117 @@
+"""EAGLE-2 / DDD trees grown by an EAGLE draft head (decoders/eagle/head.py) instead of a draft model.
+
+The head reads pairs (f_i, t_{i+1}): the target's feature at position i and the token after it, and returns g_i,
+its guess of f_{i+1}, with logits for t_{i+2}. Committed pairs use the target's real features, which the loop hands
+over from the same forward that verified the tree (observe(features=...)): no second target forward. Inside a
+draft tree a node's pair is (its parent's guessed feature, its token), so one head forward over the frontier, with a
+tree mask over the head's own cache, expands the whole frontier: the same engine as the draft-model tree
+(tree_draft.grow), only the scorer differs.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import cache as kv
+from ..eagle.head import EagleHead
+from .base import Drafter, Proposal
+from .tree_draft import PoolNode, TreeShape, build_tree, draft_log_probs, grow, rerank, search_record
+from ..tree import DraftTree
+
+
+class EagleTreeDrafter(Drafter):
+    wants_target_hidden = True
+
+    def __init__(self, head: EagleHead, shape: TreeShape, name: str = "eagle2-head"):
+        self.head = head
+        self.shape = shape
+        self.name = name
+        self.device = next(head.parameters()).device
+        self.cache = kv.new_cache(head)
+        self.known: list[torch.Tensor] = []  # real target features (d,) for positions fed .. fed + len - 1
+        self.root_hidden: torch.Tensor | None = None  # (d,) the head's guess of the pending token's feature
+        self.root_logits: torch.Tensor | None = None  # (V or N,) the head's logits after the pending token
+
+    def start(self, ids: list[int], features: torch.Tensor | None = None) -> None:
+        """features: (len(ids) - 1, d) target features of the prompt before the pending token (the prefill)."""
+        if features is not None:
+            self.known = list(features)
+
+    def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
+        """Keep the real features of the root and the accepted nodes: positions n_before - 1 onwards."""
+        if features is not None:
+            rows = [0] + list(path or [])[:n_accepted]
+            self.known.extend(features[rows])  # (n_accepted + 1, d) as rows
+
+    def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
+        self._catch_up(ids)
+        if self.root_logits is None:  # no feature known yet (a one-token prompt): one plain target step first
+            return Proposal(DraftTree.root_only(ids[-1]), reason="none")
+        if limit <= 0:
+            return Proposal(DraftTree.root_only(ids[-1]), reason="budget")
+        context = kv.length(self.cache)  # committed pairs; draft pairs go after them and are dropped after
+        fed: list[int] = []  # pool ids in cache order after `context`
+        guessed: dict[int, torch.Tensor] = {}  # pool id -> (d,) the head's guess of that node's feature
+
+        def expand(frontier: list[int], pool: list[PoolNode]) -> torch.Tensor:
+            parents = [pool[i].parent for i in frontier]
+            feats = torch.stack([self.root_hidden if p == -1 else guessed[p] for p in parents])[None]  # (1, F, d)
+            hidden, logits = self._frontier_forward(frontier, pool, feats, context, fed)  # (F, d), (F, V|N)
+            fed.extend(frontier)
+            guessed.update(zip(frontier, hidden))
+            return self._full_vocab(draft_log_probs(logits, warp))
+
+        growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit)
+        kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
+        chosen = rerank(growth.pool, self.shape.m)
+        proposal = Proposal(build_tree(ids[-1], growth.pool, chosen), forwards=growth.forwards,
+                            reason="rule" if growth.stop == "ddd" else "limit")
+        if record:
+            proposal.search = search_record(self.name, growth, chosen)
+        return proposal
+
+    @torch.inference_mode()
+    def _catch_up(self, ids: list[int]) -> None:
+        """Feed every committed pair (f_i, t_{i+1}) whose feature is known; the last output is the root's."""
+        fed = kv.length(self.cache)
+        n = min(len(self.known), len(ids) - 1 - fed)  # pairs up to i = len(ids) - 2 (t_{i+1} = the pending token)
+        if n <= 0:
+            return
+        feats = torch.stack(self.known[:n]).to(self.device)[None]  # (1, n, d)
+        tokens = torch.tensor([ids[fed + 1: fed + 1 + n]], device=self.device)  # (1, n)
+        hidden, logits = self.head(tokens, feats, cache=self.cache)  # (1, n, d), (1, n, V|N)
+        self.known = self.known[n:]
+        self.root_hidden, self.root_logits = hidden[0, -1], logits[0, -1]  # (d,), (V|N,)
+
+    @torch.inference_mode()
+    def _frontier_forward(self, frontier, pool, feats, context, fed):
+        """One head forward over the frontier; each pair sees the committed pairs and its ancestors' pairs."""
+        slot = {pool_id: context + i for i, pool_id in enumerate(fed)}
+        length, n = kv.length(self.cache), len(frontier)
+        allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
+        allowed[:, :context] = True
+        for row, pool_id in enumerate(frontier):
+            allowed[row, length + row] = True
+            ancestor = pool[pool_id].parent
+            while ancestor != -1:
+                allowed[row, slot[ancestor]] = True
+                ancestor = pool[ancestor].parent
+        dtype = feats.dtype
+        mask = torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
+        tokens = torch.tensor([[pool[i].token for i in frontier]], device=self.device)  # (1, F)
+        positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=self.device)  # (1, F)
+        hidden, logits = self.head(tokens, feats, position_ids=positions, cache=self.cache,
+                                   attention_mask=mask[None, None].to(self.device))
+        return hidden[0], logits[0]  # (F, d), (F, V|N)
+
+    def _full_vocab(self, logq: torch.Tensor) -> torch.Tensor:
+        """Reduced-vocabulary log-probs (…, N) scattered to target ids (…, V), -inf elsewhere."""
+        if self.head.vocab_ids is None:
+            return logq
+        full = torch.full((*logq.shape[:-1], self.head.config.vocab_size), -torch.inf, dtype=logq.dtype,
+                          device=logq.device)  # (…, V)
+        full[..., self.head.vocab_ids] = logq
+        return full
+
+    def close(self) -> None:
+        self.cache = kv.new_cache(self.head)
+        self.known, self.root_hidden, self.root_logits = [], None, None

@@ -1,0 +1,231 @@
+"""EAGLE-2 dynamic draft trees (Li et al. 2024) and Dynamic Depth Decoding on top (DDD, Brown et al. 2024).
+
+One expansion engine, any scorer that gives the draft's next-token log-probabilities for a whole frontier at once:
+  step 1     the root's top-K tokens enter the pool; they are the first frontier
+  step s>1   one draft forward over the frontier (tree mask: each node sees the context and its own ancestors);
+             each frontier node's top-K children enter the pool (F·K new nodes); the `width` best by value are
+             the next frontier
+  value      product of the draft probabilities on the path from the root (kept as a sum of log-probabilities)
+  rerank     the M best pool nodes by value. A child's value never exceeds its parent's, so with ties broken by
+             depth then pool order the top M are ancestor-closed: a tree, not a bag of nodes
+DDD stops growing early: before expansion step s in `checks` it computes the frontier's confidence
+H = logsumexp(cumulative log-probs of the frontier) and stops when H < x.
+
+Candidates are the draft's top-K, chosen, not sampled, so the tree is verified as Flavor.DETERMINISTIC: recursive
+rejection sampling with point-mass proposals, lossless at any temperature (decoders/verify.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..cache import sliding_window
+from ..options import OptionsError
+from ..runner import CachedModel
+from ..sampling import Warp, raw_probs
+from ..tree import DraftTree, Flavor
+from .base import Drafter, Proposal
+
+# DDD's constants as read from the paper (Brown et al. 2024, "Dynamic Depth Decoding"): checked steps S, threshold
+# x, most steps n, beam width w.
+DDD_CHECK_STEPS = (5, 7, 9)
+DDD_THRESHOLD = -0.3
+DDD_MAX_STEPS = 11
+DDD_WIDTH = 10
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How a dynamic tree grows. EAGLE-2: width = k, no checks. DDD: checks, x, steps = n, width = w."""
+
+    k: int = 8  # top-k children per expanded node (EAGLE-2's K)
+    steps: int = 6  # most expansion steps (EAGLE-2's depth D; DDD's n)
+    m: int = 48  # draft nodes sent to the target (EAGLE-2's M)
+    width: int | None = None  # frontier kept per step; None = k (EAGLE-2); DDD's beam width w
+    checks: tuple[int, ...] = ()  # expansion steps before which DDD checks its confidence (S)
+    threshold: float = -math.inf  # DDD's x: stop when H < x
+
+    def __post_init__(self):
+        for name in ("k", "steps", "m"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"tree {name} must be a whole number of at least 1, got {getattr(self, name)!r}")
+        if self.width is not None and self.width < 1:
+            raise ValueError(f"tree width must be at least 1 (or None for k), got {self.width!r}")
+
+    @property
+    def beam(self) -> int:
+        return self.width if self.width is not None else self.k
+
+    @classmethod
+    def ddd(cls, k: int = 8, m: int = 48, checks: tuple[int, ...] = DDD_CHECK_STEPS, threshold: float = DDD_THRESHOLD,
+            steps: int = DDD_MAX_STEPS, width: int = DDD_WIDTH) -> "TreeShape":
+        return cls(k=k, steps=steps, m=m, width=width, checks=tuple(checks), threshold=threshold)
+
+
+@dataclass
+class PoolNode:
+    parent: int  # pool id, -1 = the root
+    token: int
+    log_value: float  # sum of draft log-probs on the path: log of EAGLE-2's value
+    log_q: float  # draft log-prob of this token under its parent's distribution
+    depth: int
+    step: int
+
+
+@dataclass
+class Growth:
+    pool: list[PoolNode] = field(default_factory=list)
+    frontiers: list[list[int]] = field(default_factory=list)
+    ddd: list[dict] = field(default_factory=list)
+    steps: int = 0
+    stop: str = "depth"
+    forwards: int = 0
+
+
+def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int) -> Growth:
+    """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier pool ids, pool)
+    -> (F, V) log-probs after each frontier node (one draft forward)."""
+    growth = Growth(forwards=1)
+    depth_cap = min(shape.steps, max_depth)
+    top = torch.topk(root_logq, min(shape.k, root_logq.numel()))
+    for log_q, token in zip(top.values.tolist(), top.indices.tolist()):
+        growth.pool.append(PoolNode(parent=-1, token=token, log_value=log_q, log_q=log_q, depth=1, step=1))
+    frontier = _best(growth.pool, range(len(growth.pool)), shape.beam)
+    growth.frontiers.append(frontier)
+    growth.steps = 1
+    for step in range(2, depth_cap + 1):
+        if step in shape.checks:
+            h = float(torch.logsumexp(torch.tensor([growth.pool[i].log_value for i in frontier]), 0))
+            stop = h < shape.threshold
+            growth.ddd.append({"step": step, "H": h, "x": shape.threshold, "stop": stop})
+            if stop:
+                growth.stop = "ddd"
+                return growth
+        logq = expand(frontier, growth.pool)  # (F, V)
+        growth.forwards += 1
+        top = torch.topk(logq, min(shape.k, logq.shape[-1]), dim=-1)  # values, indices: (F, K)
+        added = []
+        for row, parent in enumerate(frontier):
+            base = growth.pool[parent]
+            for log_q, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                growth.pool.append(PoolNode(parent=parent, token=token, log_value=base.log_value + log_q, log_q=log_q,
+                                            depth=base.depth + 1, step=step))
+                added.append(len(growth.pool) - 1)
+        frontier = _best(growth.pool, added, shape.beam)
+        growth.frontiers.append(frontier)
+        growth.steps = step
+    if depth_cap < shape.steps:
+        growth.stop = "budget"
+    return growth
+
+
+def rerank(pool: list[PoolNode], m: int) -> list[int]:
+    """The m best pool ids by value, returned in pool order (parents before children). Ancestor-closed: a child's
+    value is at most its parent's, and ties go to the shallower, earlier node."""
+    ranked = sorted(range(len(pool)), key=lambda i: (-pool[i].log_value, pool[i].depth, i))[:m]
+    chosen = sorted(ranked)
+    kept = set(chosen)
+    assert all(pool[i].parent == -1 or pool[i].parent in kept for i in chosen), "rerank lost an ancestor"
+    return chosen
+
+
+def build_tree(pending: int, pool: list[PoolNode], chosen: list[int]) -> DraftTree:
+    """The chosen pool nodes as a DraftTree rooted at the pending token; tree node i+1 = chosen[i]."""
+    tree = DraftTree.root_only(pending)
+    tree.flavor = Flavor.DETERMINISTIC
+    node_of = {-1: 0}
+    for pool_id in chosen:
+        item = pool[pool_id]
+        node_of[pool_id] = tree.add(node_of[item.parent], item.token, math.exp(item.log_q))
+    return tree
+
+
+def _best(pool: list[PoolNode], ids, width: int) -> list[int]:
+    """The `width` highest-value ids, best first."""
+    return sorted(ids, key=lambda i: (-pool[i].log_value, i))[:width]
+
+
+def draft_log_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
+    """The distribution values are products of: the unwarped softmax under greedy (the greedy warp is one-hot and
+    would rank nothing), the warped draft q under sampling. (..., V) -> (..., V)"""
+    probs = raw_probs(logits) if warp.greedy else warp.probs(logits)  # (..., V)
+    return torch.log(probs.clamp_min(1e-30))
+
+
+class DynamicTreeDrafter(Drafter):
+    """EAGLE-2's dynamic tree (or DDD's, by its shape) grown by a separate draft model with its own KV cache."""
+
+    offers_distribution = True
+
+    def __init__(self, model: nn.Module, shape: TreeShape, name: str = "eagle2"):
+        if sliding_window(model) is not None:  # its frontiers pile up in the draft cache past what a window keeps
+            raise OptionsError(f"the {name} drafter grows its tree in the draft model's cache, which a sliding-window "
+                               "draft (Gemma 3) cannot hold; pick a draft without sliding-window attention "
+                               "(qwen2.5-coder-0.5b, smollm2-135m) or a chain drafter for this pair")
+        self.runner = CachedModel(model)
+        self.shape = shape
+        self.name = name
+
+    def start(self, ids: list[int]) -> None:
+        if len(ids) > 1:
+            self.runner.forward(ids[:-1], last_only=True)  # prefill; the pending token is fed by propose
+
+    def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
+        if limit <= 0:
+            return Proposal(DraftTree.root_only(ids[-1]), reason="budget")
+        unseen = ids[self.runner.length:]  # the pending token, and accepted tokens from the last round
+        root_logits = self.runner.forward(unseen, last_only=True)[-1]  # (V,)
+        context = self.runner.length  # the committed tokens; draft nodes go after them and are dropped after
+        fed: list[int] = []  # pool ids in the order their entries sit in the cache after `context`
+
+        def expand(frontier: list[int], pool: list[PoolNode]) -> torch.Tensor:
+            logits = self._frontier_forward(frontier, pool, context, fed)  # (F, V)
+            fed.extend(frontier)
+            return draft_log_probs(logits, warp)
+
+        growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit)
+        self.runner.drop_last(self.runner.length - context)  # the draft cache keeps committed tokens only
+        chosen = rerank(growth.pool, self.shape.m)
+        proposal = Proposal(build_tree(ids[-1], growth.pool, chosen), forwards=growth.forwards,
+                            reason="rule" if growth.stop == "ddd" else "limit")
+        if record:
+            proposal.search = search_record(self.name, growth, chosen)
+        return proposal
+
+    def _frontier_forward(self, frontier: list[int], pool: list[PoolNode], context: int,
+                          fed: list[int]) -> torch.Tensor:
+        """One draft forward over the frontier: each node sees the context and its own ancestors. (F, V)"""
+        runner = self.runner
+        device, dtype = runner.device, runner.model.dtype
+        slot = {pool_id: context + i for i, pool_id in enumerate(fed)}  # pool id -> cache position
+        length, n = runner.length, len(frontier)
+        allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
+        allowed[:, :context] = True
+        for row, pool_id in enumerate(frontier):
+            allowed[row, length + row] = True
+            ancestor = pool[pool_id].parent
+            while ancestor != -1:
+                allowed[row, slot[ancestor]] = True
+                ancestor = pool[ancestor].parent
+        mask = torch.zeros(n, length + n, dtype=dtype)  # (F, L+F) additive
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        ids = torch.tensor([[pool[i].token for i in frontier]], device=device)  # (1, F)
+        positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=device)  # (1, F)
+        with torch.inference_mode():
+            out = runner.model(input_ids=ids, attention_mask=mask[None, None].to(device), position_ids=positions,
+                               past_key_values=runner.cache, use_cache=True)
+        return out.logits[0]  # (F, V)
+
+    def close(self) -> None:
+        self.runner.release()
+
+
+def search_record(method: str, growth: Growth, chosen: list[int]) -> dict:
+    """What the trace keeps of one round's search (schema in decoders/trace.py, RoundRecord.search)."""
+    return {"method": method, "flavor": Flavor.DETERMINISTIC, "steps": growth.steps, "stop": growth.stop,
+            "pool": [{"id": i, "parent": n.parent, "token": n.token, "value": math.exp(n.log_value),
+                      "depth": n.depth, "step": n.step} for i, n in enumerate(growth.pool)],
+            "frontier": [list(f) for f in growth.frontiers], "chosen": list(chosen), "ddd": list(growth.ddd)}

