@@ -1,0 +1,179 @@
+"""The walkthrough: short lessons, each drawn from a recorded trace in assets/traces/ (instant, no model load), with
+a "try it" button that puts the lesson's settings into the Generate tab so the class can re-run it live.
+
+Lessons are data in one list, LESSONS: a new method's lesson is one entry here (a recorded trace, a figure kind
+from FIGURES, a few sentences). An entry with `coming` set is listed as coming and draws nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from decoders.options import DecodeOptions
+from decoders.trace import Trace
+
+from . import explainer
+from .controls import EXAMPLE_CONTROLS, example_states
+from .render_rule import positions_figure
+from .render_tree import empty_figure, tree_figure
+from .theme import OKABE_ITO, describe, title_margin, wrap_title
+from .views import interesting_round, read_trace_file
+
+TRACES = Path(__file__).resolve().parent.parent / "assets" / "traces"
+
+
+@dataclass(frozen=True)
+class Lesson:
+    title: str
+    tab: str  # the short tab label (eight lessons fit one row of tabs on a laptop)
+    text: str  # a few sentences, Markdown
+    figure: str  # a key of FIGURES
+    trace: str = ""  # file name in assets/traces/ ("" for a figure that needs no trace)
+    coming: str = ""  # non-empty: the method has not landed or has no recorded trace yet; says what is missing
+    settings: dict = field(default_factory=dict)  # DecodeOptions fields "try it" sets over the trace's own
+
+
+def speedup_figure(_trace: Trace | None = None, height: int = 340) -> go.Figure:
+    """Leviathan's S(α, γ, c) against γ for a few α and draft costs c: why a cheap, accurate draft pays most."""
+    fig = go.Figure()
+    gammas = list(range(1, 11))
+    for alpha, color in ((0.5, OKABE_ITO["vermillion"]), (0.7, OKABE_ITO["orange"]), (0.9, OKABE_ITO["blue"])):
+        for cost, dash in ((0.0, "solid"), (0.3, "dot")):
+            s = [(1 - alpha ** (g + 1)) / ((1 - alpha) * (g * cost + 1)) for g in gammas]
+            fig.add_scatter(x=gammas, y=s, name=f"α = {alpha}, c = {cost}", line=dict(color=color, dash=dash))
+    title = wrap_title("Expected speed-up S(α, γ, c) · Leviathan et al. 2023 · assumes t(γ+1) = t(1)")
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white",
+                      xaxis=dict(title="γ (tokens drafted per round)"), yaxis=dict(title="S (× baseline)"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=50, r=10, t=title_margin(title), b=10))
+    return describe(fig, "Expected speed-up against draft length for acceptance 0.5, 0.7 and 0.9, with free (c = 0) "
+                         "and costly (c = 0.3) drafts: a costly draft peaks at a short γ.")
+
+
+def _round_tree(trace: Trace) -> go.Figure:
+    return tree_figure(trace, interesting_round(trace))
+
+
+def _round_positions(trace: Trace) -> go.Figure:
+    return positions_figure(trace, interesting_round(trace))
+
+
+def _rejection(_trace: Trace | None) -> go.Figure:
+    return explainer.position_figure(explainer.toy_position(0.5))
+
+
+FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure}
+
+LESSONS: list[Lesson] = [
+    Lesson("1. One token per forward", "Baseline",
+           "A language model writes one token per forward pass of the whole network: the **baseline**. Each "
+           "pass reads every weight from memory, so on most hardware the time goes to moving weights, not to "
+           "arithmetic. Everything that follows tries to get more than one token out of each pass.",
+           "tree", "baseline-chat.json"),
+    Lesson("2. Draft and verify", "Draft & verify",
+           "A cheap **drafter** guesses γ tokens; the **target** checks them all in ONE forward pass. Matching "
+           "tokens are **accepted** (green), the first mismatch is **rejected** (black cross) and replaced by the "
+           "target's own token, and when every guess survives the target adds a **bonus** token for free. Here "
+           "the drafter is prompt lookup: it copies text that already appears in the prompt, ideal for an edit.",
+           "tree", "lookup-code-edit.json"),
+    Lesson("3. Why sampling stays exact", "Exact sampling",
+           "When the model samples, the target accepts a drafted token with probability min(1, p/q) and, on "
+           "rejection, draws from the residual norm(max(p − q, 0)). Accepted mass plus residual rebuild p "
+           "exactly: the output has the target's distribution whatever the draft. Press *Sample 1,000 times* "
+           "in the explainer below the lessons to watch the histogram converge to p.",
+           "rejection", "static-layerskip-sampled.json"),
+    Lesson("4. How long to draft", "How long to draft",
+           "A **static** rule always drafts γ tokens; when the draft is unsure, the last guesses are wasted. "
+           "**AdaEDL** estimates from the draft's entropy how likely the next guess is to survive, and stops "
+           "when the bound 1 − √(γ·H(q)) falls below λ. The figure shows each drafted position's bound and λ.",
+           "positions", "adaedl-layerskip-chat.json"),
+    Lesson("5. Trees: EAGLE-2 and DDD", "Trees",
+           "Instead of one chain of guesses, draft a tree of alternatives and let the target verify every branch "
+           "at once; recursive rejection walks the siblings.", "tree",
+           coming="EAGLE-2 and DDD trees have landed (decoders/drafters/tree_draft.py); this lesson needs their "
+                  "recorded trace in assets/traces/"),
+    Lesson("6. Beams and forests", "Beams",
+           "Beam search keeps several sequences alive; DSBD drafts a forest of beams and verifies them layer by "
+           "layer.", "tree",
+           coming="the Beams tab runs them live; this lesson needs a recorded beam trace in assets/traces/"),
+    Lesson("7. Whisper's beam search and its alternatives", "Whisper",
+           "Speech recognition decodes with beam search; Filter-Ends and Min Lookahead change which beams survive.",
+           "tree", coming="needs a recorded Whisper trace and its figure here (the Whisper tab runs it live)"),
+    Lesson("8. What speed-up to expect", "Speed-up",
+           "Leviathan's formula predicts the speed-up from the acceptance rate **α**, the draft length **γ** and "
+           "the draft's cost **c** relative to the target. It assumes verifying γ+1 tokens costs one target step, "
+           "t(γ+1) = t(1): nearly true on a GPU, false on a small CPU, where t(n) grows with n. The Race tab "
+           "and the Claims tab show the measured numbers next to this prediction.",
+           "speedup", "lookup-code-edit.json"),
+]
+
+
+def ready(lessons: list[Lesson] = LESSONS) -> list[Lesson]:
+    return [lesson for lesson in lessons if not lesson.coming]
+
+
+def lesson_trace(lesson: Lesson, folder: Path = TRACES) -> Trace | None:
+    return read_trace_file(folder / lesson.trace) if lesson.trace else None
+
+
+def lesson_figure(lesson: Lesson, folder: Path = TRACES) -> go.Figure:
+    """The lesson's picture, drawn from its recorded trace (no model is loaded)."""
+    if lesson.coming:
+        return empty_figure(f"Coming: {lesson.coming}.")
+    return FIGURES[lesson.figure](lesson_trace(lesson, folder))
+
+
+_OPTION_FIELDS = {f.name for f in fields(DecodeOptions)}
+
+
+def try_settings(lesson: Lesson, folder: Path = TRACES) -> dict:
+    """The example dict (prompt + DecodeOptions suggestions) that re-runs the lesson's trace live."""
+    trace = lesson_trace(lesson, folder)
+    if trace is None:
+        raise ValueError(f"lesson '{lesson.title}' has no recorded trace to re-run; add `trace=` to its entry")
+    recorded = {k: v for k, v in (trace.options or {}).items() if k in _OPTION_FIELDS and k in EXAMPLE_CONTROLS}
+    return {"prompt": trace.prompt, "suggest": {**recorded, **lesson.settings}}
+
+
+def try_states(lesson: Lesson, folder: Path = TRACES) -> dict[str, dict]:
+    """{control: update} for the Generate tab's EXAMPLE_CONTROLS, as an example click would set them."""
+    return example_states(try_settings(lesson, folder))
+
+
+def tab_label(lesson: Lesson) -> str:
+    number = lesson.title.split(".", 1)[0]
+    return f"{number} {lesson.tab}" + (" (coming)" if lesson.coming else "")
+
+
+def contents_markdown(lessons: list[Lesson] = LESSONS) -> str:
+    lines = [f"- {lesson.title}" + (f" *(coming: {lesson.coming})*" if lesson.coming else "") for lesson in lessons]
+    return "**Lessons**\n\n" + "\n".join(lines)
+
+
+def build(controls: dict) -> None:
+    """Lessons as tabs; "try it" fills the Generate tab's controls (`controls`: name -> component)."""
+    import gradio as gr
+
+    from . import glossary
+
+    gr.Markdown(contents_markdown())
+    targets = [controls[name] for name in EXAMPLE_CONTROLS]
+    with gr.Tabs():
+        for lesson in LESSONS:
+            with gr.Tab(tab_label(lesson)):
+                gr.Markdown(f"### {lesson.title}\n\n{lesson.text}")
+                gr.Plot(lesson_figure(lesson), label=lesson.title)
+                if lesson.coming:
+                    gr.Markdown(f"*Coming: {lesson.coming}.*")
+                    continue
+                if lesson.trace:
+                    button = gr.Button("Try it: load these settings into the Generate tab", variant="primary")
+                    note = gr.Markdown()
+                    states = try_states(lesson)
+                    button.click(lambda s=states: (*(gr.update(**s[n]) for n in EXAMPLE_CONTROLS),
+                                                   "Loaded: open the **Generate** tab and press **Run**."),
+                                 None, [*targets, note], queue=False, show_progress="hidden")
+    with gr.Accordion("Rejection-sampling explainer", open=False):
+        explainer.build(with_glossary=False)
+    glossary.build()

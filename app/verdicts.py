@@ -1,0 +1,67 @@
+"""Race verdicts (pure): one sentence per method that explains its measured speed from τ, α, c, γ and t(n).
+
+The accounting, in units of one baseline target forward: a round drafts γ tokens at c each, then verifies γ+1
+tokens at t(γ+1)/t(1) = `t_ratio`, and yields τ tokens. The baseline yields 1 token per unit, so the expected
+speed-up is τ / (γ·c + t_ratio). Whichever term keeps it under 1 is the reason the sentence gives.
+"""
+from __future__ import annotations
+
+from decoders.trace import Trace
+
+from .render_stats import totals
+
+WIN = 1.05  # above this a speed-up is called a win; between 1/WIN and WIN it is a draw (timing noise)
+
+
+def verify_ratio(trace: Trace, baseline: Trace) -> float | None:
+    """t(γ+1)/t(1): seconds per verifying target forward of this run ÷ seconds per target forward of the baseline."""
+    t, b = totals(trace), totals(baseline)
+    if not t["target_forwards"] or not b["target_forwards"] or not b["seconds"]["verify"]:
+        return None
+    return (t["seconds"]["verify"] / t["target_forwards"]) / (b["seconds"]["verify"] / b["target_forwards"])
+
+
+def predicted_speedup(tau: float, gamma: float, c: float, t_ratio: float) -> float:
+    """τ / (γ·c + t(γ+1)/t(1)): tokens per round over the round's cost in baseline forwards."""
+    return tau / (gamma * c + t_ratio)
+
+
+def verdict(row: dict) -> str:
+    """One sentence for one race row (render_race.race_row's keys, plus an optional 't_ratio')."""
+    label, speedup = row["label"], row.get("speedup")
+    if row["method"] == "baseline":
+        return f"**{label}**: one target forward per token, the yardstick every other speed is divided by."
+    if speedup is None:
+        return f"**{label}**: no speed measured (the run produced no timed tokens)."
+    tau, gamma, c, t_ratio = row.get("tau") or 1.0, row.get("gamma") or 0.0, row.get("c") or 0.0, row.get("t_ratio")
+    head = f"**{label}** ran at {speedup:.2f}× the baseline"
+    if gamma == 0:
+        return (f"{head}: it never drafted (no draft was offered; prompt lookup finds nothing to copy in free "
+                "text), so it can only add overhead.")
+    cost = gamma * c + (t_ratio or 1.0)
+    numbers = (f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f} and verified them at "
+               f"t(n)/t(1) = {t_ratio:.2f}" if t_ratio else f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f}")
+    numbers += f", a cost of {cost:.2f} target forwards for τ = {tau:.2f} tokens"
+    alpha = row.get("alpha")
+    if speedup >= WIN:
+        why = "the drafts were cheap and mostly right" if c < 0.1 else "enough drafts survived to pay for the draft"
+        return f"{head}: {numbers}; {why}."
+    if speedup > 1 / WIN:
+        return f"{head}, a draw within timing noise: {numbers}; gains and costs cancel."
+    if alpha is not None and alpha < 0.3:
+        reason = (f"the drafts rarely survived (α = {alpha:.2f}), so most of the drafting was wasted; the draft "
+                  "does not predict this target (an untrained layer skip or unrelated text)")
+    elif gamma * c >= tau - 1:
+        reason = (f"drafting alone cost γ·c = {gamma * c:.2f} target forwards to gain τ − 1 = {tau - 1:.2f} "
+                  "tokens: the draft is too slow for what it gets accepted")
+    elif t_ratio and t_ratio > 1.2:
+        reason = (f"verifying γ+1 tokens cost {t_ratio:.2f}× one token on this hardware (t(n) grows on a CPU), "
+                  "which ate the accepted tokens")
+    else:
+        reason = "the per-round overheads (bookkeeping, cache trimming) outweighed the accepted tokens"
+    return f"{head}: {numbers}; {reason}."
+
+
+def verdicts_markdown(rows: list[dict]) -> str:
+    """One bullet per raced method; empty before a race."""
+    return "\n".join(f"- {verdict(row)}" for row in rows)

@@ -1,0 +1,121 @@
+"""The Learn and Claims tabs in a real browser (Debian's headless Chromium via Playwright, as test_browser.py):
+the walkthrough opens, every ready lesson draws its picture from its recorded trace with model loading refused,
+"try it" fills the Generate tab, and the Claims table shows. With SPECLAB_UPDATE_SCREENSHOTS=1 the screenshots are
+also copied to docs/screenshots/ (learn-*.png, claims.png)."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("SPECLAB_ARTIFACTS", ROOT / "artifacts" / "browser"))
+DOCS = ROOT / "docs" / "screenshots"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+from app_server import launched_demo  # noqa: E402
+
+from app import teach  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"),
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+
+LOADS: list[str] = []  # model loads attempted while the page was driven (the lessons must make none)
+
+
+@pytest.fixture(scope="module")
+def page():
+    import decoders.models
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    with pytest.MonkeyPatch.context() as patch:
+        def refuse(name, *args, **kwargs):
+            LOADS.append(name)
+            raise RuntimeError("the Learn tab must not load a model")
+        patch.setattr(decoders.models, "load_model", refuse)
+        with launched_demo() as url, sync_api.sync_playwright() as pw:
+            profile = tempfile.mkdtemp(prefix="speclab-chromium-")
+            context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
+                                                            headless=True, viewport={"width": 1280, "height": 1000})
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(url)
+            yield page
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("SPECLAB_UPDATE_SCREENSHOTS") == "1":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS / path.name)
+
+
+def _tab_name(lesson) -> str:
+    return teach.tab_label(lesson)
+
+
+def test_every_lesson_draws_its_picture_without_a_model(page):
+    page.get_by_role("tab", name="Learn", exact=True).click()
+    for lesson in teach.LESSONS:
+        page.get_by_role("tab", name=_tab_name(lesson), exact=True).click()
+        panel = page.get_by_role("tabpanel").filter(has=page.get_by_text(lesson.title, exact=True)).last
+        panel.locator(".js-plotly-plot").first.wait_for(state="visible")
+        if not lesson.coming:
+            assert panel.locator(".js-plotly-plot .main-svg").count() > 0
+        if lesson.title.startswith(("2.", "3.", "8.")):
+            shot(page, "learn-" + lesson.figure + "-" + lesson.title.split(".")[0])
+    assert LOADS == []
+
+
+def test_try_it_fills_the_generate_tab(page):
+    lesson = teach.ready()[0]  # the baseline lesson: a prompt and method the page does not open on
+    prompt = teach.lesson_trace(lesson).prompt
+    page.get_by_role("tab", name="Learn", exact=True).click()
+    page.get_by_role("tab", name=_tab_name(lesson), exact=True).click()
+    page.get_by_role("button", name="Try it: load these settings into the Generate tab").locator("visible=true") \
+        .first.click()
+    page.get_by_text("Loaded: open the").first.wait_for(state="visible")
+    page.get_by_role("tab", name="Generate", exact=True).click()
+    box = page.locator("#sl-prompt textarea")
+    page.wait_for_function("(want) => document.querySelector('#sl-prompt textarea').value === want", arg=prompt)
+    assert box.input_value() == prompt
+    assert LOADS == []
+
+
+def test_the_claims_tab_shows_the_table(page):
+    page.get_by_role("tab", name="Claims", exact=True).click()
+    claims = page.locator("#sl-claims")
+    claims.locator("table").first.wait_for(state="visible")
+    assert claims.locator("table tr").count() > 5
+    text = claims.inner_text()
+    assert "Leviathan" in text and "coming: " in text and "not measured" in text
+    shot(page, "claims")
+
+
+def test_the_explainer_samples_1000_times_through_the_core(page):
+    page.get_by_role("tab", name="Learn", exact=True).click()
+    page.get_by_text("Rejection-sampling explainer", exact=True).click()
+    page.get_by_role("button", name="Sample 1,000 times").click()
+    page.get_by_text("1000 draws through the verification core").wait_for(state="visible")
+    page.get_by_text("sampled (1000 draws)").first.wait_for(state="visible")  # the histogram's legend entry
+    shot(page, "explainer-1000")
+
+
+@pytest.mark.parametrize("tab", ["Generate", "Race", "Whisper", "Learn", "Claims"])
+def test_the_glossary_opens_by_tap_on_every_tab(page, tab):
+    page.get_by_role("tab", name=tab, exact=True).click()
+    panel = page.get_by_role("tabpanel").filter(has=page.get_by_text("Glossary: τ, α, c, λ, γ, t(n)")).last
+    panel.get_by_text("Glossary: τ, α, c, λ, γ, t(n)").last.click()  # a click, not a hover: works on touch
+    panel.get_by_text("acceptance rate").last.wait_for(state="visible")

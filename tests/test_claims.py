@@ -1,0 +1,117 @@
+"""The claims table is built from the results files: numbers come from them, missing methods say so."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app import claims as claims_tab
+from bench import claims
+
+
+def _speed_file(rows: list[dict], command: str = "python -m bench --quick") -> dict:
+    meta = {"command": command, "machine": "Test CPU, 2 cores", "threads": 2, "torch": "9.9"}
+    return {"meta": meta, "runs": {"float32": {"rows": rows}}}
+
+
+def _row(method: str, kind: str, speedup: float, **extra) -> dict:
+    return {"method": method, "label": method, "kind": kind, "speedup": speedup, "tau": 2.0, **extra}
+
+
+@pytest.fixture()
+def results(tmp_path):
+    quick = _speed_file([
+        _row("ours/prompt-lookup", "code-editing", 3.0, S_leviathan=2.0, S_with_t=1.5),
+        _row("ours/prompt-lookup", "chat", 1.0, S_leviathan=2.0, S_with_t=1.5),
+        _row("ours/t1/static-g2", "code-writing", 1.2), _row("ours/t1/static-g4", "code-writing", 1.25),
+        _row("ours/t1/adaedl", "code-writing", 1.5),
+    ])
+    (tmp_path / "quick.json").write_text(json.dumps(quick))
+    whisper = {"meta": {"machine": "Test CPU"}, "table": [
+        {"decoder": "filter-ends+min-lookahead", "delta_vs_beam": -0.01},
+        {"decoder": "filter-ends+min-lookahead", "delta_vs_beam": -0.03}, {"decoder": "beam", "delta_vs_beam": 0.0}]}
+    (tmp_path / "whisper.json").write_text(json.dumps(whisper))
+    return tmp_path
+
+
+def _rows_for(table, method):
+    return [row for row in table if row.claim.method == method]
+
+
+def test_numbers_come_from_the_results_files(results):
+    table = claims.rows(claims.load_results(results))
+    (leviathan,) = _rows_for(table, "speculative sampling (theory)")
+    assert "measured 2.00×, S predicts 2.00×" in leviathan.measurement.value  # median of 3.0 and 1.0
+    assert leviathan.measurement.ratio == "1.00 of S"
+    assert leviathan.measurement.command == "python -m bench --quick"
+    assert "Test CPU" in leviathan.measurement.hardware
+    (pld,) = _rows_for(table, "prompt lookup (PLD)")
+    assert "3.00×" in pld.measurement.value and "inside the claimed 2–4×" in pld.measurement.ratio
+    (ada,) = _rows_for(table, "AdaEDL (entropy stop)")
+    assert ada.measurement.value.startswith("AdaEDL 1.20× the best static γ")  # 1.5 / max(1.2, 1.25)
+    (whisper,) = _rows_for(table, "Whisper Filter-Ends + Min Lookahead")
+    assert whisper.measurement.value.startswith("filter-ends+min-lookahead: -2.00 WER points")
+
+
+def test_a_missing_results_file_gives_a_not_measured_row(results):
+    (results / "whisper.json").unlink()
+    table = claims.rows(claims.load_results(results))
+    (whisper,) = _rows_for(table, "Whisper Filter-Ends + Min Lookahead")
+    assert whisper.measurement is None and whisper.note.startswith("not measured")
+    (draft,) = _rows_for(table, "draft model (SpS)")  # no draft-model rows in the fixture
+    assert draft.note.startswith("not measured")
+
+
+def test_methods_that_have_not_landed_say_coming(results):
+    table = claims.rows(claims.load_results(results))
+    (eagle,) = _rows_for(table, "EAGLE")
+    assert eagle.note.startswith("coming:")
+    for method in ("EAGLE-2 (dynamic trees)", "DDD (dynamic depth)"):  # landed, no results rows yet
+        (row,) = _rows_for(table, method)
+        assert row.note.startswith("not measured")
+
+
+def test_every_claim_names_its_source():
+    for claim in claims.CLAIMS:
+        assert claim.paper and claim.setting and claim.claim and claim.why
+
+
+def test_the_cli_writes_the_markdown(results, tmp_path, capsys):
+    out = tmp_path / "CLAIMS.md"
+    claims.main(["--results", str(results), "--out", str(out)])
+    text = out.read_text()
+    table = claims.rows(claims.load_results(results))
+    for row in table:  # every claim once, every measurement on its own line, every gap said
+        assert text.count(f"## {row.claim.method}\n") == 1
+        assert (row.measurement.value if row.measurement else row.note) in text
+    assert "3.00×" in text and "not measured" in text
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_a_missing_results_folder_is_a_one_line_message(tmp_path):
+    with pytest.raises(SystemExit, match="no results folder"):
+        claims.main(["--results", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.md")])
+
+
+def test_an_unreadable_file_is_skipped(results):
+    (results / "broken.json").write_text("{not json")
+    assert "broken" not in claims.load_results(results)
+
+
+def test_the_tab_shows_the_same_table(results):
+    text = claims_tab.claims_markdown(results)
+    assert text == claims.markdown(claims.rows(claims.load_results(results)))
+
+
+
+def test_the_benchmark_report_rewrites_claims_only_for_the_real_results_folder(results, monkeypatch, tmp_path):
+    from bench import report
+
+    written = []
+    monkeypatch.setattr(claims, "write", lambda directory: written.append(directory) or tmp_path / "CLAIMS.md")
+    monkeypatch.setattr(report, "markdown", lambda result: "table")
+    monkeypatch.setattr(report, "chart", lambda result, path: str(path))
+    assert "claims" not in report.write({}, tmp_path / "elsewhere", "x")  # a test's scratch folder: no rewrite
+    monkeypatch.setattr(claims, "RESULTS", results.resolve())
+    assert report.write({}, results, "x")["claims"] == tmp_path / "CLAIMS.md"
+    assert written == [results]

@@ -1,0 +1,97 @@
+"""The walkthrough: every ready lesson draws from its recorded trace without a model, and "try it" sets the
+Generate tab's controls to that trace's settings."""
+from __future__ import annotations
+
+import pytest
+import transformers
+
+import decoders.models
+from app import teach
+from app.controls import EXAMPLE_CONTROLS
+
+
+@pytest.fixture()
+def no_model_loads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a lesson tried to load a model")
+    monkeypatch.setattr(decoders.models, "load_model", refuse)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def test_six_to_eight_lessons_and_every_figure_kind_exists():
+    assert 6 <= len(teach.LESSONS) <= 8
+    for lesson in teach.LESSONS:
+        assert lesson.figure in teach.FIGURES
+        assert lesson.coming or lesson.trace or lesson.figure == "speedup"
+
+
+@pytest.mark.parametrize("lesson", teach.ready(), ids=lambda lesson: lesson.title)
+def test_every_ready_lesson_renders_its_picture_from_the_recorded_trace(lesson, no_model_loads):
+    if lesson.trace:
+        assert (teach.TRACES / lesson.trace).is_file()
+    fig = teach.lesson_figure(lesson)
+    assert len(fig.data) > 0, "a lesson's picture must draw something, not a placeholder"
+    assert fig.layout.meta, "every picture carries a text alternative"
+
+
+@pytest.mark.parametrize("lesson", [lesson for lesson in teach.ready() if lesson.trace],
+                         ids=lambda lesson: lesson.title)
+def test_try_it_loads_the_trace_s_prompt_and_settings(lesson):
+    trace = teach.lesson_trace(lesson)
+    states = teach.try_states(lesson)
+    assert set(states) == set(EXAMPLE_CONTROLS)
+    assert states["prompt"]["value"] == trace.prompt
+    for name in ("model", "method", "temperature", "seed"):
+        assert states[name]["value"] == trace.options[name]
+    if trace.options["method"] == "speculative":
+        assert states["drafter"]["value"] == trace.options["drafter"]
+        assert states["rule"]["value"] == trace.options["rule"]
+
+
+def test_coming_lessons_draw_a_notice_not_a_figure():
+    coming = [lesson for lesson in teach.LESSONS if lesson.coming]
+    assert coming, "trees, beams and Whisper have not landed as lessons yet"
+    for lesson in coming:
+        fig = teach.lesson_figure(lesson)
+        assert len(fig.data) == 0 and "Coming" in fig.layout.annotations[0].text
+        assert f"coming: {lesson.coming}" in teach.contents_markdown()
+
+
+def test_a_lesson_is_a_one_entry_change(tmp_path):
+    extra = teach.Lesson("9. Extra", "Extra", "text", "tree", "lookup-code-edit.json")
+    lessons = [*teach.LESSONS, extra]
+    assert teach.ready(lessons)[-1] is extra
+    assert "9. Extra" in teach.contents_markdown(lessons)
+    assert len(teach.lesson_figure(extra).data) > 0
+
+
+def test_try_it_without_a_trace_says_what_to_add():
+    with pytest.raises(ValueError, match="add `trace=`"):
+        teach.try_settings(teach.Lesson("x", "x", "text", "speedup"))
+
+
+def test_the_speedup_figure_follows_leviathan():
+    fig = teach.speedup_figure()
+    free = next(t for t in fig.data if t.name == "α = 0.9, c = 0.0")
+    assert free.y[0] == pytest.approx(1.9)  # γ = 1: 1 + α
+    costly = next(t for t in fig.data if t.name == "α = 0.9, c = 0.3")
+    assert costly.y[0] == pytest.approx(1.9 / 1.3)
+
+
+def test_the_learn_tab_builds_with_its_buttons_wired():
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        controls = {name: gr.Textbox(label=name) for name in EXAMPLE_CONTROLS}
+        teach.build(controls)
+    labels = [getattr(block, "value", None) for block in demo.blocks.values() if isinstance(block, gr.Button)]
+    assert labels.count("Try it: load these settings into the Generate tab") == \
+        len([lesson for lesson in teach.ready() if lesson.trace])
+    assert "Sample 1,000 times" in labels
+    targets = {id(c) for c in controls.values()}
+    wired = [dep for dep in demo.fns.values() if targets <= {id(o) for o in dep.outputs}]
+    assert len(wired) == labels.count("Try it: load these settings into the Generate tab")
+    values = wired[0].fn()  # the first lesson's "try it", as the page calls it
+    assert len(values) == len(EXAMPLE_CONTROLS) + 1
+    assert values[EXAMPLE_CONTROLS.index("method")]["value"] == teach.lesson_trace(teach.ready()[0]).options["method"]
+    assert "Generate" in values[-1]
