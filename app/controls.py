@@ -1,0 +1,127 @@
+"""Which Generate controls apply to the chosen method, and the values the page and its examples start from.
+
+What applies to what is decoders.options' knowledge (fields_in_use, rules_for, initial_lam) plus the registry's
+model families; this module only turns it into control states, so the page cannot reach a combination that
+validation would reject: prompt lookup offers only the rules that can steer it, the draft-model drafter is offered
+only for a target with a same-family draft, and controls that do not change the run are hidden. Pure data (no
+gradio): ui.py turns the states into gr.update.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from decoders.options import DRAFTERS, DecodeOptions, fields_in_use, initial_lam, rules_for
+
+DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the registry's pairing" choice
+# The page opens where the idea visibly works: prompt lookup on an edit prompt, the settings of the recorded run it
+# shows (app/views.py OPENING_TRACE), so Run repeats it live. Every other starting value is DecodeOptions' default.
+OPENING = DecodeOptions(method="speculative", drafter="prompt-lookup", rule="static")
+RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
+# Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
+DEPENDENT = ("drafter", "draft_model", "rule", "gamma", "max_draft", "lam", "ngram", "skip_layers", "top_k", "top_p",
+             "seed")
+# What an example sets (everything that shapes the run; length, dtype and display toggles stay the user's).
+EXAMPLE_CONTROLS = ("prompt", "model", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
+                    "ngram", "skip_layers", "temperature", "top_k", "top_p", "seed")
+
+
+def _registry() -> dict:
+    try:
+        from decoders.models import REGISTRY
+    except ImportError:  # the registry module is missing: no pairing is known
+        return {}
+    return REGISTRY
+
+
+def drafts_for(model: str) -> list[str]:
+    """Registry models that can draft for this target (same family, so the same tokenizer), its pairing first.
+    A target outside the registry (a hub id, a local folder) may pair with any of them: checked when it loads."""
+    registry = _registry()
+    entry = registry.get(model)
+    if entry is None:
+        return list(registry)
+    family = [name for name, e in registry.items() if e.family == entry.family and name != model]
+    return sorted(family, key=lambda name: name != entry.default_draft)
+
+
+def draft_choices(model: str) -> list[str]:
+    """The draft-model dropdown: "(registry pairing)" only where the registry pairs this target."""
+    entry = _registry().get(model)
+    pairing = [DEFAULT_DRAFT] if entry is not None and entry.default_draft else []
+    return pairing + drafts_for(model)
+
+
+def drafters_for(model: str) -> list[str]:
+    """The drafter choices: the draft-model drafter only for a target that has a draft to pair with."""
+    return [d for d in DRAFTERS if d != "draft-model" or drafts_for(model)]
+
+
+def control_states(model: str, method: str, drafter: str, rule: str, temperature: float,
+                   draft_model: str | None) -> dict[str, dict]:
+    """{control: {"visible", and where they change: "choices", "value"}} for the DEPENDENT controls.
+
+    A drafter or rule the new choices no longer offer moves to the first one offered (prompt lookup -> static).
+    """
+    drafters = drafters_for(model)
+    drafter = drafter if drafter in drafters else (OPENING.drafter if OPENING.drafter in drafters else drafters[0])
+    rules = list(rules_for(drafter))
+    rule = rule if rule in rules else rules[0]
+    drafts = draft_choices(model)
+    draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
+    used = fields_in_use(method, drafter, rule, _number(temperature))
+    states = {name: {"visible": name in used} for name in DEPENDENT}
+    states["drafter"].update(choices=drafters, value=drafter)
+    states["rule"].update(choices=rules, value=rule)
+    states["draft_model"].update(choices=drafts, value=draft, visible="draft_model" in used and bool(drafts))
+    return states
+
+
+def lam_for(rule: str) -> float | None:
+    """The λ slider follows the rule: a rule's own starting λ (None: the rule has no λ, leave the slider)."""
+    return initial_lam(rule)
+
+
+def control_value(name: str, options: DecodeOptions):
+    """The value a control shows for one DecodeOptions field."""
+    value = getattr(options, name)
+    if name == "skip_layers":
+        return ",".join(str(i) for i in value) if value else ""
+    if name == "draft_model":  # None: the pairing, where the registry has one for this target
+        pairing = DEFAULT_DRAFT if DEFAULT_DRAFT in draft_choices(options.model) else None
+        return value or pairing
+    if name == "lam" and value is None:  # the rule's own default; a rule without λ leaves the slider at rest
+        return initial_lam(options.rule) or initial_lam(RESTING_LAM_RULE)
+    return value
+
+
+def opening_value(name: str):
+    return control_value(name, OPENING)
+
+
+def example_options(example: dict) -> DecodeOptions:
+    """An example's full settings: its suggestions (DecodeOptions fields) over the page's opening values."""
+    return replace(OPENING, **example.get("suggest", {}))
+
+
+def example_row(example: dict) -> list:
+    """The values gr.Examples sets, one per EXAMPLE_CONTROLS."""
+    options = example_options(example)
+    return [example["prompt"] if name == "prompt" else control_value(name, options) for name in EXAMPLE_CONTROLS]
+
+
+def example_states(example: dict) -> dict[str, dict]:
+    """{control: {"value", and for dependent controls "choices"/"visible"}} for every EXAMPLE_CONTROLS entry.
+
+    Values and choices travel together: an example that switches to the draft-model drafter also brings the
+    choices that contain it (Gradio rejects a value outside a control's current choices)."""
+    values = dict(zip(EXAMPLE_CONTROLS, example_row(example)))
+    states = control_states(values["model"], values["method"], values["drafter"], values["rule"],
+                            values["temperature"], values["draft_model"])
+    return {name: {**states.get(name, {}), "value": values[name]} for name in EXAMPLE_CONTROLS}
+
+
+def _number(value) -> float:
+    try:
+        return float(value or 0.0)
+    except (TypeError, ValueError):
+        return 0.0

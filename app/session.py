@@ -1,0 +1,59 @@
+"""One browser tab's runs, as the Stop button needs to know them.
+
+A RunSession lives in a gr.State: Gradio keeps one per browser session on the server (the browser never holds
+it), hands the same object to every event of that session, and drops it with the session, so nothing is kept at
+module level and nothing outlives its visitor.
+
+Stop has one handler and two ways to reach a run. Gradio's `cancels=[run]` takes an API client's queued or
+running job (gradio_client posts /cancel). The page's Stop button does not post /cancel in Gradio 6.31 (checked in
+chromium: no request leaves the page), so the session also carries the request: a running run sees it between
+rounds and returns, and a queued run that begins after a Stop returns at once. Either way the run's generator
+closes, whose `finally` closes the decoder and frees its caches. (An API client that cancels its own queued job
+and then also calls /stop makes its next run return at once: the session cannot see that Gradio dropped the job.)
+"""
+from __future__ import annotations
+
+import threading
+
+from decoders.trace import Trace
+
+
+class RunSession:
+    def __init__(self) -> None:
+        self.queued = 0  # runs this tab asked for that have not begun (counted when Gradio accepts the request)
+        self.running = False
+        self.latest: Trace | None = None  # the running (or last) run's latest round, for Stop to show
+        self.idle = threading.Event()  # set whenever no run of this tab is executing
+        self.idle.set()
+        self.stop_requested = threading.Event()  # Stop pressed while a run executes: it returns at the next round
+        self.skip = 0  # runs queued before a Stop: each returns without decoding when it begins
+
+    def __deepcopy__(self, memo) -> "RunSession":  # Gradio copies the initial value once per new session
+        return RunSession()
+
+    def admit(self) -> None:
+        """A run was accepted into the queue (it may wait there behind other visitors' runs)."""
+        self.queued += 1
+
+    def begin(self) -> bool:
+        """A run starts executing; False when a Stop came while it waited in the queue (it should not decode)."""
+        self.queued = max(self.queued - 1, 0)
+        if self.skip:
+            self.skip -= 1
+            return False
+        self.running, self.latest = True, None
+        self.stop_requested.clear()
+        self.idle.clear()
+        return True
+
+    def end(self) -> None:
+        self.running = False
+        self.idle.set()
+
+    def request_stop(self) -> int:
+        """Stop: the running run returns at its next round; queued ones will not decode. Returns how many queued."""
+        count, self.queued = self.queued, 0
+        self.skip += count
+        if self.running:
+            self.stop_requested.set()
+        return count

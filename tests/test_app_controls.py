@@ -1,0 +1,157 @@
+"""The Generate controls cannot reach a combination validation rejects; examples and defaults have one source."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from app import handlers, race
+from app.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTROLS, OPENING, RESTING_LAM_RULE, control_states,
+                          example_row, example_states, lam_for, opening_value)
+from app.ui import example_prompts
+from decoders.api import draft_for
+from decoders.models import REGISTRY
+from decoders.options import DRAFTERS, METHODS, RULES, DecodeOptions, fields_in_use
+from decoders.rules import make_rule
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def opening_controls(**overrides) -> dict:
+    """The page's starting control values (what ui.py shows before anyone touches it)."""
+    values = {name: opening_value(name) for name in handlers.RUN_INPUTS if name not in ("prompt", "live")}
+    values.update(prompt="hello", live=True, **overrides)
+    return values
+
+
+def after_adjusting(values: dict, previous_rule: str | None = None) -> dict:
+    """What the page holds once the dependent controls have followed a choice (ui._wire_dependent_controls):
+    choices filtered, and the λ slider on the rule's own λ whenever the rule changed."""
+    states = control_states(values["model"], values["method"], values["drafter"], values["rule"],
+                            values["temperature"], values["draft_model"])
+    adjusted = dict(values)
+    for name in DEPENDENT:
+        if "value" in states[name]:
+            adjusted[name] = states[name]["value"]
+    if lam_for(adjusted["rule"]) is not None and adjusted["rule"] != (previous_rule or values["rule"]):
+        adjusted["lam"] = lam_for(adjusted["rule"])
+    return adjusted
+
+
+@pytest.mark.parametrize("model, method, drafter, rule, temperature",
+                         itertools.product(list(REGISTRY), METHODS, DRAFTERS, RULES, (0.0, 0.8)))
+def test_every_choice_reachable_in_the_ui_builds_valid_options(model, method, drafter, rule, temperature):
+    values = after_adjusting(opening_controls(model=model, method=method, drafter=drafter, rule=rule,
+                                              temperature=temperature, draft_model=DEFAULT_DRAFT))
+    options = handlers.options_from(values)  # raises OptionsError on an impossible combination
+    draft_for(options)  # and a draft-model run has a draft to load
+
+
+def test_prompt_lookup_moves_the_rule_to_one_it_offers():
+    states = control_states("smollm2-135m", "speculative", "prompt-lookup", "adaedl", 0.0, None)
+    assert states["rule"]["choices"] == ["static", "heuristic"] and states["rule"]["value"] == "static"
+    assert states["ngram"]["visible"] and not states["lam"]["visible"] and not states["skip_layers"]["visible"]
+
+
+def test_the_draft_model_drafter_is_offered_only_with_a_same_family_draft():
+    single = control_states("smollm2-135m", "speculative", "draft-model", "adaedl", 0.0, None)
+    assert "draft-model" not in single["drafter"]["choices"] and single["drafter"]["value"] != "draft-model"
+    paired = control_states("qwen2.5-coder-1.5b", "speculative", "draft-model", "adaedl", 0.0, "smollm2-135m")
+    assert paired["drafter"]["value"] == "draft-model" and paired["draft_model"]["visible"]
+    assert paired["draft_model"]["choices"] == [DEFAULT_DRAFT, "qwen2.5-coder-0.5b"]
+    assert paired["draft_model"]["value"] == DEFAULT_DRAFT  # SmolLM2 cannot draft for Qwen: not kept
+
+
+@pytest.mark.parametrize("method, drafter, rule, temperature", itertools.product(METHODS, DRAFTERS, RULES, (0.0, 1.0)))
+def test_visible_controls_are_the_fields_in_use(method, drafter, rule, temperature):
+    states = control_states("qwen2.5-coder-1.5b", method, drafter, rule, temperature, DEFAULT_DRAFT)
+    used = fields_in_use(method, states["drafter"]["value"], states["rule"]["value"], temperature)
+    assert {name for name in DEPENDENT if states[name]["visible"]} == {name for name in DEPENDENT if name in used}
+
+
+def test_greedy_hides_the_sampling_controls():
+    greedy = control_states("smollm2-135m", "baseline", "layer-skip", "static", 0.0, None)
+    sampled = control_states("smollm2-135m", "baseline", "layer-skip", "static", 0.7, None)
+    assert not any(greedy[n]["visible"] for n in ("top_k", "top_p", "seed"))
+    assert all(sampled[n]["visible"] for n in ("top_k", "top_p", "seed"))
+
+
+@pytest.mark.parametrize("example", example_prompts(), ids=lambda e: e["title"])
+def test_each_example_sets_a_valid_consistent_run(example):
+    values = opening_controls(model="gemma3-270m", draft_model=None, rule="heuristic")  # whatever was there before
+    values.update(zip(EXAMPLE_CONTROLS, example_row(example)))
+    assert after_adjusting(values) == values  # the page's filters leave the example's settings as they are
+    options = handlers.options_from(values)
+    draft_for(options)
+    for field, value in example.get("suggest", {}).items():
+        assert getattr(options, field) == value
+
+
+def test_the_code_writing_example_targets_a_model_with_a_draft():
+    example = next(e for e in example_prompts() if e["kind"] == "code writing")
+    values = dict(zip(EXAMPLE_CONTROLS, example_row(example)))
+    assert values["drafter"] == "draft-model" and REGISTRY[values["model"]].default_draft
+
+
+@pytest.mark.parametrize("example", example_prompts(), ids=lambda e: e["title"])
+def test_an_example_click_brings_choices_that_admit_its_values(example):
+    """Gradio rejects a value outside a control's current choices: the click sends both together."""
+    states = example_states(example)
+    assert set(states) == set(EXAMPLE_CONTROLS)
+    assert [states[n]["value"] for n in EXAMPLE_CONTROLS] == example_row(example)
+    for name in ("drafter", "rule", "draft_model"):
+        if states[name].get("visible", True) and states[name]["value"] is not None:
+            assert states[name]["value"] in states[name]["choices"], name
+
+
+def test_max_confidence_starts_from_the_same_lambda_in_generate_and_race():
+    """Before, the λ slider always sent 0.5, so max-confidence began at 0.5 in Generate and 0.4 in the Race."""
+    picked = after_adjusting(opening_controls(model="qwen2.5-coder-1.5b", drafter="draft-model",
+                                              rule="max-confidence"), previous_rule=OPENING.rule)
+    generate = handlers.options_from(picked)
+    raced = race.race_options({"model": "qwen2.5-coder-1.5b", "methods": ["draft model · max-confidence"]})[1]
+
+    def start(o: DecodeOptions) -> float:
+        return make_rule(o.rule, o.gamma, o.max_draft, o.lam, o.lam_keep).schedule.lam
+
+    assert start(generate) == start(raced) == 0.4
+
+
+def test_opening_values_are_decode_options_defaults():
+    defaults = DecodeOptions()
+    for field in ("model", "gamma", "max_draft", "ngram", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
+                  "dtype", "chat"):
+        assert opening_value(field) == getattr(defaults, field), field
+    assert opening_value("lam") == (lam_for(OPENING.rule) or lam_for(RESTING_LAM_RULE))
+
+
+def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
+    """Before, the page showed a recorded prompt-lookup run while its controls and prompt said layer skip + AdaEDL
+    on another prompt, so the first Run decoded the slow case issue 10 #10 reports."""
+    from app.ui import ASSETS, _opening_prompt
+    from app.views import opening_trace, read_trace_file, recorded_traces
+
+    recorded = recorded_traces(ASSETS / "traces")
+    trace = read_trace_file(recorded[opening_trace(recorded)])
+    assert (OPENING.drafter, OPENING.rule, OPENING.gamma) == (trace.options["drafter"], trace.options["rule"],
+                                                              trace.options["gamma"])
+    assert _opening_prompt(trace) == trace.prompt
+
+
+def test_the_page_shows_the_opening_values():
+    from app.ui import build_demo
+
+    config = build_demo().get_config_file()
+    by_label = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
+    assert by_label["max new tokens"]["value"] == DecodeOptions().max_new_tokens
+    assert by_label["initial λ"]["value"] == lam_for(RESTING_LAM_RULE)
+    assert by_label["initial λ"]["visible"] is False  # static prompt lookup has no λ
+    assert by_label["γ (draft length)"]["visible"] is True
+    # Built with every drafter and rule (an API call is checked against the built choices and must reach the
+    # options' own fix-it messages); the page narrows them on load: SmolLM2 has no same-family draft.
+    assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS)
+    assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
+    narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
+    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"]
+    loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
+    assert loads, "no page-load event narrows the dependent controls"

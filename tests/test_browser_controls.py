@@ -1,0 +1,139 @@
+"""The Generate controls in a real browser: dependent controls follow the method, examples set every control.
+
+Debian's headless Chromium driven by Playwright, as tests/test_browser.py. No model runs: these only click controls.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+from app_server import launched_demo  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"),
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+
+
+@pytest.fixture(scope="module")
+def url():
+    with launched_demo() as local_url:
+        yield local_url
+
+
+@pytest.fixture(scope="module")
+def browser_context():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    profile = tempfile.mkdtemp(prefix="speclab-chromium-")
+    with sync_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
+                                                        headless=True, viewport={"width": 1280, "height": 800})
+        yield context
+        context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def page(browser_context, url):
+    """A fresh page per test: each starts from the opening controls."""
+    page = browser_context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    page.locator("#sl-run").wait_for()
+    yield page
+    page.close()
+
+
+def radio(page, label: str):
+    """The radio group with this label (Gradio renders a fieldset)."""
+    return page.locator("fieldset").filter(has=page.get_by_text(label, exact=True)).first
+
+
+def options_of(page, label: str) -> list[str]:
+    return [text.strip() for text in radio(page, label).locator("label").all_inner_texts()]
+
+
+def checked(page, label: str) -> str:
+    return radio(page, label).locator("input:checked").get_attribute("value") or ""
+
+
+def is_shown(page, label: str) -> bool:
+    return page.get_by_text(label, exact=True).first.is_visible()
+
+
+def slider_value(page, label: str) -> float:
+    return float(page.locator(f'input[aria-label="number input for {label}"]').input_value())
+
+
+def wait_checked(page, value: str) -> None:
+    page.wait_for_function("(v) => [...document.querySelectorAll('fieldset input:checked')].some(i => i.value === v)",
+                           arg=value)
+
+
+def choose_layer_skip_with_adaedl(page) -> None:
+    """From the opening (static prompt lookup) to the layer-skip drafter with AdaEDL, as a visitor would."""
+    radio(page, "Drafter").get_by_text("layer-skip", exact=True).click()
+    page.wait_for_timeout(1000)
+    radio(page, "Draft-length rule").get_by_text("adaedl", exact=True).click()
+    wait_checked(page, "adaedl")
+    page.wait_for_timeout(1000)
+
+
+def test_the_page_opens_on_static_prompt_lookup_with_its_own_controls(page):
+    assert checked(page, "Drafter") == "prompt-lookup" and checked(page, "Draft-length rule") == "static"
+    assert options_of(page, "Draft-length rule") == ["static", "heuristic"]
+    assert is_shown(page, "n-gram (prompt lookup)") and not is_shown(page, "initial λ")
+    assert page.input_value("#sl-prompt textarea").startswith("Rewrite this code")  # the recorded run's prompt
+
+
+def test_prompt_lookup_moves_the_rule_and_shows_its_own_controls(page):
+    choose_layer_skip_with_adaedl(page)
+    assert checked(page, "Draft-length rule") == "adaedl" and is_shown(page, "initial λ")
+    radio(page, "Drafter").get_by_text("prompt-lookup", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('fieldset input:checked')]"
+                           ".some(i => i.value === 'static')")
+    assert options_of(page, "Draft-length rule") == ["static", "heuristic"]
+    assert checked(page, "Draft-length rule") == "static"
+    assert is_shown(page, "n-gram (prompt lookup)") and is_shown(page, "γ (draft length)")
+    assert not is_shown(page, "initial λ") and not is_shown(page, "Layers to skip (layer-skip)")
+
+
+def test_the_lambda_slider_follows_the_rule(page):
+    choose_layer_skip_with_adaedl(page)
+    assert slider_value(page, "initial λ") == 0.5
+    radio(page, "Draft-length rule").get_by_text("max-confidence", exact=True).click()
+    page.wait_for_timeout(1500)
+    assert slider_value(page, "initial λ") == 0.4
+    radio(page, "Draft-length rule").get_by_text("adaedl", exact=True).click()
+    page.wait_for_timeout(1500)
+    assert slider_value(page, "initial λ") == 0.5
+
+
+def test_baseline_hides_the_speculation_controls(page):
+    radio(page, "Method").get_by_text("baseline", exact=True).click()
+    page.wait_for_timeout(1500)
+    assert not is_shown(page, "Drafter") and not is_shown(page, "Draft-length rule")
+
+
+def test_a_single_model_offers_no_draft_model_drafter(page):
+    assert options_of(page, "Drafter") == ["prompt-lookup", "layer-skip"]
+
+
+def test_the_code_writing_example_sets_a_target_that_has_a_draft(page):
+    page.get_by_text("code writing: Write a function").first.click()
+    # the dropdown shows the registry label ("qwen2.5-coder-1.5b · target"), not the bare name
+    page.wait_for_function("() => document.querySelector('#sl-model input').value.startsWith('qwen2.5-coder-1.5b ')")
+    page.wait_for_timeout(1500)
+    assert page.input_value("#sl-prompt textarea").startswith("Write a Python function")
+    assert checked(page, "Drafter") == "draft-model"
+    assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip"]
+    assert is_shown(page, "Draft model") and checked(page, "Draft-length rule") == "adaedl"
