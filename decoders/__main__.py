@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .api import generate
-from .options import DRAFTERS, DTYPES, METHODS, RULES, DecodeOptions, OptionsError
+from .options import BEAM_METHODS, DRAFTERS, DTYPES, EARLY_STOPPING, METHODS, RULES, DecodeOptions, OptionsError
 from .trace import Trace
 
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="decode one prompt and print the text and a summary")
     defaults = DecodeOptions()
     run.add_argument("--model", default=defaults.model, help="registry name or hub id of the target")
-    run.add_argument("--method", default=defaults.method, choices=METHODS)
+    run.add_argument("--method", default=defaults.method, choices=METHODS + BEAM_METHODS)
     run.add_argument("--drafter", default=defaults.drafter, choices=DRAFTERS)
     run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
     run.add_argument("--rule", default=defaults.rule, choices=RULES, help="draft-length rule")
@@ -30,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lam", type=float, default=None, help="initial λ (AdaEDL 0.5, max-confidence 0.4)")
     run.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layer indices, e.g. 9,11,13")
     run.add_argument("--ngram", type=int, default=defaults.ngram, help="prompt lookup: longest n-gram")
+    run.add_argument("--width", type=int, default=defaults.width, help="beam methods: beams (DSBD: W)")
+    run.add_argument("--min-width", type=int, default=defaults.min_width, help="DSBD: narrowest layer")
+    run.add_argument("--thres", type=float, default=defaults.thres, help="DSBD: width confidence")
+    run.add_argument("--one-input-beam", action="store_true", help="DSBD memory mode: one beam between iterations")
+    run.add_argument("--length-penalty", type=float, default=defaults.length_penalty, help="beam search")
+    run.add_argument("--early-stopping", default=defaults.early_stopping, choices=EARLY_STOPPING, help="beam search")
     run.add_argument("--prompt", required=True)
     run.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     run.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
@@ -55,11 +61,18 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
-                         dtype=args.dtype, device=args.device, chat=not args.no_chat)
+                         dtype=args.dtype, device=args.device, chat=not args.no_chat, width=args.width,
+                         min_width=args.min_width, thres=args.thres, one_input_beam=args.one_input_beam,
+                         length_penalty=args.length_penalty, early_stopping=args.early_stopping)
 
 
 def summary_line(trace: Trace) -> str:
     t = trace.totals
+    if trace.method in BEAM_METHODS:
+        speed = "n/a" if t["tokens_per_second"] is None else f"{t['tokens_per_second']:.1f}"
+        return (f"[{trace.label}] tokens={t['tokens']} target_forwards={t['target_forwards']} "
+                f"draft_forwards={t['draft_forwards']} peak_kv={t['peak_kv_bytes'] / 2**20:.2f}MiB tok/s={speed} "
+                f"candidates={len(trace.candidates)} stop={trace.stop_reason}")
     rate = "n/a" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.2f}"
     speed = "n/a" if t["tokens_per_second"] is None else f"{t['tokens_per_second']:.1f}"
     return (f"[{trace.label}] tokens={t['tokens']} target_forwards={t['target_forwards']} "

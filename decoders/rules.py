@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .options import initial_lam
 from .sampling import entropy
 
 
@@ -165,7 +166,7 @@ def make_rule(name: str, gamma: int, max_draft: int, lam: float | None, keep: st
     if name == "heuristic":
         return HeuristicRule(gamma, max_draft)
     if name == "adaedl":
-        return AdaEDLRule(LambdaSchedule(0.5 if lam is None else lam, max_draft, keep=keep))
+        return AdaEDLRule(LambdaSchedule(initial_lam(name) if lam is None else lam, max_draft, keep=keep))
     if name == "max-confidence":
-        return MaxConfidenceRule(LambdaSchedule(0.4 if lam is None else lam, max_draft, keep=keep))
+        return MaxConfidenceRule(LambdaSchedule(initial_lam(name) if lam is None else lam, max_draft, keep=keep))
     raise ValueError(f"unknown draft-length rule {name!r}")

@@ -37,16 +37,28 @@ class CachedModel:
         return out.logits[0]  # (n, V) or (1, V)
 
     @torch.inference_mode()
-    def forward_tree(self, tree: DraftTree) -> torch.Tensor:
-        """One forward over every node of `tree` (root first). Returns logits (N+1, V); row i predicts after node i."""
-        if tree.is_chain():  # a chain needs no custom mask: the causal one is the ancestor relation
-            return self.forward(tree.tokens)
+    def forward_tree(self, tree: DraftTree, hidden: bool = False):
+        """One forward over every node of `tree` (root first). Returns logits (N+1, V); row i predicts after node i.
+
+        hidden=True returns (logits, last hidden states (N+1, H)) from the same forward: an EAGLE head drafts from
+        the target's features, and a second forward to get them would cost a whole target step.
+        """
         start = self.length
         ids = torch.tensor([tree.tokens], device=self.device)  # (1, N+1)
-        positions = position_ids(tree.parents, start).to(self.device)[None]  # (1, N+1): past_len + depth
-        mask = attention_mask_4d(tree.parents, start, self.model.dtype).to(self.device)  # (1, 1, N+1, L+N+1)
+        if tree.is_chain():  # a chain needs no custom mask: the causal one is the ancestor relation
+            positions = torch.arange(start, start + tree.size, device=self.device)[None]  # (1, N+1)
+            mask = None
+        else:
+            positions = position_ids(tree.parents, start).to(self.device)[None]  # (1, N+1): past_len + depth
+            mask = attention_mask_4d(tree.parents, start, self.model.dtype).to(self.device)  # (1, 1, N+1, L+N+1)
+            window = kv.sliding_window(self.model)
+            if window is not None:  # sliding layers see only the window and get fewer keys: a mask per layer type
+                mask = {"full_attention": mask,
+                        "sliding_attention": kv.sliding_tree_mask(self.cache, mask, positions[0], window)}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True)
+                         use_cache=True, output_hidden_states=hidden)
+        if hidden:
+            return out.logits[0], out.hidden_states[-1][0]  # (N+1, V), (N+1, H)
         return out.logits[0]  # (N+1, V)
 
     def drop_last(self, n: int, layers: list[int] | None = None) -> None:

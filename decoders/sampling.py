@@ -50,14 +50,23 @@ def raw_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits.float(), dim=-1)
 
 
+def seeded_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    """The run's one random stream, on the device of the tensors it samples from.
+
+    PyTorch refuses a CPU generator for CUDA probabilities, so the generator follows the model. On the CPU this is
+    the same stream as torch.Generator().manual_seed(seed): recorded CPU traces replay unchanged.
+    """
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """Draw one token id from a (V,) distribution with the run's generator."""
+    """Draw one token id from a (V,) distribution with the run's generator (both on the same device)."""
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def uniform(generator: torch.Generator) -> float:
-    """One U(0,1) draw from the run's generator (recorded in the trace)."""
-    return float(torch.rand((), generator=generator))
+    """One U(0,1) draw from the run's generator (recorded in the trace), made on the generator's device."""
+    return float(torch.rand((), generator=generator, device=generator.device))
 
 
 def entropy(probs: torch.Tensor) -> float:

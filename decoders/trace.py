@@ -34,6 +34,11 @@ RoundRecord
         {position, entropy (AdaEDL, nats) or confidence (max-confidence), bound, lam (λ used), stop}; then the
         state after this round's update: lam and ar (AdaEDL, max-confidence), length_after (heuristic)
   target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
+  search  tree drafters only (EAGLE-2, DDD; absent or None otherwise, so older traces load unchanged):
+        {method, flavor (the RRS flavor the tree was verified under), steps (expansion steps run), stop
+        ("depth" | "ddd" | "budget"), pool: [{id, parent (pool id, -1 = root), token, value (product of draft
+        probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
+        target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
 """
 from __future__ import annotations
@@ -87,6 +92,7 @@ class RoundRecord:
     target_forwards: int = 1
     draft_forwards: int = 0
     seconds: dict = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
+    search: dict | None = None  # tree drafters only (optional, absent in older traces), see the schema above
 
 
 @dataclass
@@ -120,6 +126,9 @@ class Trace:
         if not isinstance(data, dict):
             raise TraceError("a trace must be a JSON object")
         version = data.get("schema_version")
+        if version is None:
+            raise TraceError("this is not a SpecLab trace (it has no schema_version); load a JSON file saved by "
+                             "SpecLab's Download button or decoders.Trace.to_json")
         if version != SCHEMA_VERSION:
             raise TraceError(f"trace schema version {version!r} is not supported (this SpecLab reads {SCHEMA_VERSION})")
         body = _pick(cls, data, "trace")

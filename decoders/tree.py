@@ -2,6 +2,9 @@
 
 Node 0 is the root: the pending token (committed, but its key/value entries are not in the target cache yet).
 Nodes 1..N are draft tokens; parent[i] < i (topological order). A chain is the tree with parent[i] = i - 1.
+
+The mask and position helpers build on the CPU on purpose (a Python loop of row copies would be one tiny kernel
+launch per node on a GPU); the runner moves each result to the model's device in one copy.
 """
 from __future__ import annotations
 
@@ -79,7 +82,7 @@ def depths(parents: list[int]) -> list[int]:
 def ancestor_mask(parents: list[int]) -> torch.Tensor:
     """A[i, j] = True iff j lies on the path root -> i (inclusive). Shape (N+1, N+1), bool."""
     n = len(parents)
-    mask = torch.zeros(n, n, dtype=torch.bool)  # (N+1, N+1)
+    mask = torch.zeros(n, n, dtype=torch.bool, device="cpu")  # (N+1, N+1)
     for node in range(n):
         if parents[node] >= 0:
             mask[node] = mask[parents[node]]  # inherit the parent's ancestors
@@ -89,7 +92,7 @@ def ancestor_mask(parents: list[int]) -> torch.Tensor:
 
 def position_ids(parents: list[int], past_len: int) -> torch.Tensor:
     """Position of node i = past_len + depth(i): siblings share a position, like one left-to-right pass."""
-    return torch.tensor([past_len + d for d in depths(parents)], dtype=torch.long)  # (N+1,)
+    return torch.tensor([past_len + d for d in depths(parents)], dtype=torch.long, device="cpu")  # (N+1,)
 
 
 def attention_mask_4d(parents: list[int], past_len: int, dtype: torch.dtype) -> torch.Tensor:
@@ -99,9 +102,9 @@ def attention_mask_4d(parents: list[int], past_len: int, dtype: torch.dtype) -> 
     """
     allowed = ancestor_mask(parents)  # (N+1, N+1)
     n = len(parents)
-    full = torch.ones(n, past_len + n, dtype=torch.bool)  # (N+1, L+N+1): every node sees the whole cache
+    full = torch.ones(n, past_len + n, dtype=torch.bool, device="cpu")  # (N+1, L+N+1): every node sees the cache
     full[:, past_len:] = allowed
-    mask = torch.zeros(n, past_len + n, dtype=dtype)  # (N+1, L+N+1)
+    mask = torch.zeros(n, past_len + n, dtype=dtype, device="cpu")  # (N+1, L+N+1)
     mask.masked_fill_(~full, torch.finfo(dtype).min)
     return mask[None, None]  # (1, 1, N+1, L+N+1)
 

@@ -19,13 +19,25 @@ from .tree import DraftTree, Flavor, children
 _EPS = 1e-12  # below this a residual is treated as empty (unreachable in exact arithmetic)
 
 
+class VerificationError(ValueError):
+    """A draft tree that cannot be verified losslessly as given (a drafter bug); the message says what to fix."""
+
+
 @dataclass
 class Check:
-    """One draft node put to the test."""
+    """One draft node put to the test.
+
+    accept_prob is the probability that the test accepts this candidate, given the candidate and the current
+    residual r: under sampling the test is u·q'(x) < r(x) with u ~ U(0,1), so accept_prob = min(1, r(x) / q'(x))
+    (q' = the proposal the candidate was drawn from, see `proposal`). When q'(x) = 0 the candidate lies outside the
+    support of its own proposal (impossible for a genuine draw; rounding or a drafter misreporting q) and the ratio
+    is undefined; the test then accepts exactly when r(x) > 0, so accept_prob is 1.0 if it was accepted and 0.0 if
+    not: what happened, never a made-up certainty. Under greedy it is 1.0 / 0.0 (argmax match or not).
+    """
 
     node: int
     accepted: bool
-    accept_prob: float  # min(1, r(x) / q'(x)) under sampling; 1.0 / 0.0 under greedy
+    accept_prob: float  # P(accept | candidate, r, q'), as defined above
     uniform: float | None  # the U(0,1) draw compared with it (None under greedy)
 
 
@@ -52,12 +64,25 @@ def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return left / total
 
 
-def proposal(flavor: str, q: torch.Tensor | None, token: int, tried: list[int], vocab: int) -> torch.Tensor:
-    """The distribution the candidate `token` was effectively drawn from, given the tokens already tried. (V,)"""
-    if flavor == Flavor.DETERMINISTIC or q is None:
-        point = torch.zeros(vocab)  # (V,)
+def acceptance_probability(r_x: float, q_x: float) -> float:
+    """P(u·q'(x) < r(x)) for u ~ U(0,1): min(1, r(x)/q'(x)); 1.0 or 0.0 by r(x) > 0 when q'(x) = 0 (see Check)."""
+    if q_x > 0:
+        return min(1.0, r_x / q_x)
+    return 1.0 if r_x > 0 else 0.0
+
+
+def proposal(flavor: str, q: torch.Tensor | None, token: int, tried: list[int], like: torch.Tensor) -> torch.Tensor:
+    """The distribution the candidate `token` was effectively drawn from, given the tokens already tried. (V,)
+
+    q is None only for a DETERMINISTIC node (its point mass is built like `like`: same device, dtype and size).
+    """
+    if flavor == Flavor.DETERMINISTIC:
+        point = torch.zeros_like(like)  # (V,) on the target's device
         point[token] = 1.0
         return point
+    if q is None:
+        raise VerificationError(f"a {flavor} candidate needs the distribution q it was drawn from; only "
+                                "deterministic candidates may come without one")
     if flavor == Flavor.WITHOUT_REPLACEMENT and tried:
         q = q.clone()  # (V,)
         q[tried] = 0.0
@@ -89,7 +114,7 @@ def verify_greedy(tree: DraftTree, target_argmax: list[int]) -> Verdict:
 def verify_sampling(tree: DraftTree, p: torch.Tensor, generator: torch.Generator) -> Verdict:
     """Lossless walk by recursive rejection sampling. p: (N+1, V) warped target distributions, row i after node i."""
     kids = children(tree.parents)
-    vocab = p.shape[-1]
+    _require_draft_distributions(tree, kids)
     path: list[int] = []
     checks: list[Check] = []
     node = 0
@@ -97,18 +122,18 @@ def verify_sampling(tree: DraftTree, p: torch.Tensor, generator: torch.Generator
         if not kids[node]:
             return Verdict(path, sample(p[node], generator), _bonus_source(tree, kids[node]), checks)
         r = p[node]  # (V,) current target residual at this node
-        q = tree.q_dists.get(node)  # (V,) or None (deterministic drafter)
+        q = tree.q_dists.get(node)  # (V,), or None for a deterministic node
         tried: list[int] = []
         accepted_child = None
         for child in kids[node]:
             token = tree.tokens[child]
             if tree.flavor == Flavor.DETERMINISTIC and token in tried:
                 continue  # a duplicate candidate carries no new mass
-            q_eff = proposal(tree.flavor, q, token, tried, vocab)  # (V,)
+            q_eff = proposal(tree.flavor, q, token, tried, r)  # (V,)
             u = uniform(generator)
             q_x, r_x = float(q_eff[token]), float(r[token])
             ok = u * q_x < r_x  # = u < min(1, r(x)/q(x)), safe when q(x) = 0
-            checks.append(Check(child, ok, min(1.0, r_x / q_x) if q_x > 0 else 1.0, u))
+            checks.append(Check(child, ok, acceptance_probability(r_x, q_x), u))
             if ok:
                 accepted_child = child
                 break
@@ -120,11 +145,24 @@ def verify_sampling(tree: DraftTree, p: torch.Tensor, generator: torch.Generator
         node = accepted_child
 
 
-def verify(tree: DraftTree, p: torch.Tensor, greedy: bool, generator: torch.Generator) -> Verdict:
-    """Dispatch. p: (N+1, V) warped target distributions (one-hot rows when greedy)."""
-    if greedy:
-        return verify_greedy(tree, p.argmax(-1).tolist())
+def verify(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, generator: torch.Generator) -> Verdict:
+    """The one dispatch every method calls. logits: (N+1, V) raw target output; p: (N+1, V) the warped target, None
+    at temperature 0 (greedy verification needs only the argmax of the logits, which the one-hot warp keeps)."""
+    if p is None:
+        return verify_greedy(tree, logits.argmax(-1).tolist())
     return verify_sampling(tree, p, generator)
+
+
+def _require_draft_distributions(tree: DraftTree, kids: list[list[int]]) -> None:
+    """Refuse a sampled tree whose drafter forgot q: treating its candidates as a point mass would be silently lossy."""
+    if tree.flavor == Flavor.DETERMINISTIC:
+        return
+    missing = [node for node, node_kids in enumerate(kids) if node_kids and node not in tree.q_dists]
+    if missing:
+        raise VerificationError(
+            f"draft tree nodes {missing} have {tree.flavor} children but no draft distribution: a sampling drafter "
+            "must store q in tree.q_dists[parent] for every node it drafts from (or mark the tree "
+            "Flavor.DETERMINISTIC if its candidates were chosen, not sampled)")
 
 
 def _bonus_source(tree: DraftTree, node_children: list[int]) -> str:

@@ -26,8 +26,9 @@ def baseline_ids(lm, prompt, length) -> list[int]:
 def hf_greedy(lm, prompt, length) -> list[int]:
     eos = list(lm.eos_token_ids) or None
     with torch.inference_mode():
-        out = lm.model.generate(torch.tensor([prompt]), max_new_tokens=length, do_sample=False, eos_token_id=eos,
-                                pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        out = lm.model.generate(torch.tensor([prompt], device=lm.device), max_new_tokens=length, do_sample=False,
+                                eos_token_id=eos, pad_token_id=0,
+                                attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=lm.device))
     return out[0, len(prompt):].tolist()
 
 

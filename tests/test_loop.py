@@ -70,3 +70,38 @@ def test_time_the_consumer_holds_a_round_is_not_decode_time(tiny):
     assert wall > 1.0  # four rounds were held for 0.25 s each
     assert trace.decode_seconds < wall - 0.9
     assert sum(sum(r.seconds.values()) for r in trace.rounds) < wall - 0.9
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_round_goes_through_the_one_verify(tiny, drafts, monkeypatch, temperature):
+    """The loop decides acceptance through verify.verify only (one dispatch, greedy and sampled alike)."""
+    from decoders import loop
+    from decoders import verify as core
+
+    calls = []
+
+    def spy(tree, logits, p, generator):
+        calls.append(p is None)
+        return core.verify(tree, logits, p, generator)
+
+    monkeypatch.setattr(loop, "verify", spy)
+    options = DecodeOptions(method="speculative", rule="static", gamma=3, max_new_tokens=20, temperature=temperature)
+    trace = list(stream(options, [1, 2, 3], target=tiny, draft=drafts["noisy"]))[-1]
+    assert calls == [temperature == 0.0] * len(trace.rounds)
+
+
+def test_verify_dispatches_on_whether_p_is_given():
+    import torch
+
+    from decoders import verify as core
+    from decoders.tree import DraftTree
+
+    tree = DraftTree.root_only(0)
+    tree.add(0, 2)
+    logits = torch.tensor([[0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])  # (2, V): argmax 2 after the root, then 0
+    greedy = core.verify(tree, logits, None, torch.Generator().manual_seed(0))
+    assert (greedy.path, greedy.token, greedy.checks[0].uniform) == ([1], 0, None)
+    tree.q_dists[0] = torch.tensor([0.0, 0.0, 1.0])
+    p = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])  # (2, V): accept 2 for sure, then the bonus is 1
+    sampled = core.verify(tree, logits, p, torch.Generator().manual_seed(0))
+    assert (sampled.path, sampled.token) == ([1], 1) and sampled.checks[0].uniform is not None

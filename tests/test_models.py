@@ -65,7 +65,7 @@ def test_join_checks_published_sha256(tmp_path):
     parts = make_parts(tmp_path / "parts")
     content = b"".join(p.read_bytes() for p in parts)
     dest = tmp_path / "fake.gguf"
-    with pytest.raises(OSError, match="sha256"):
+    with pytest.raises(ModelError, match="SHA-256"):
         join_parts(parts, dest, expected_sha256="0" * 64)
     assert not dest.exists() and list(tmp_path.glob(".*.tmp")) == []
     join_parts(parts, dest, expected_sha256=hashlib.sha256(content).hexdigest())
@@ -170,8 +170,13 @@ def test_dtype_and_device_resolution():
     assert models.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert models.resolve_dtype("float32", cpu) == torch.float32
     assert models.resolve_dtype("bf16", cpu) == torch.bfloat16
-    assert models.resolve_dtype("auto", cpu) in (torch.float32, torch.bfloat16)
-    assert models.resolve_dtype("auto", cpu) is models.resolve_dtype("auto", cpu)  # measured once, cached
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    flags = set(next((line.split(":", 1)[1] for line in text.splitlines() if line.startswith("flags")), "").split())
+    if torch.backends.cpu.get_cpu_capability() == "AVX512" and flags & {"avx512_bf16", "amx_bf16"}:
+        assert models.resolve_dtype("auto", cpu) == torch.bfloat16  # native bf16 matmul declared
+    elif "avx2" in flags and not flags & {"avx512_bf16", "amx_bf16"}:
+        assert models.resolve_dtype("auto", cpu) == torch.float32  # AVX2-class CPU: bf16 gemm is slow
+    assert models.resolve_dtype("auto", cpu) is models.resolve_dtype("auto", cpu)  # decided once per process
     with pytest.raises(ModelError, match="float32"):
         models.resolve_dtype("float64", cpu)
     if not torch.cuda.is_available():

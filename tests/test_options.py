@@ -35,8 +35,13 @@ def test_invalid_options_say_how_to_fix(fields, message):
 def test_prompt_errors(tiny):
     with pytest.raises(OptionsError, match="prompt is empty"):
         generate(DecodeOptions(), "   ", target=tiny)
-    with pytest.raises(OptionsError, match="exceeds .* context of 256 tokens; shorten the prompt"):
+    with pytest.raises(OptionsError, match="the prompt is 200 tokens; tiny-llama-0's context is 256 tokens, which "
+                       "leaves room for 56 new tokens, not 100: cut at least 44 tokens from the prompt or lower max "
+                       "new tokens to 56"):
         generate(DecodeOptions(max_new_tokens=100), [1] * 200, target=tiny)
+    with pytest.raises(OptionsError, match=r"cut at least 54 tokens from the prompt to generate 10 new tokens \(at "
+                       r"least 45 to generate any\)"):
+        generate(DecodeOptions(max_new_tokens=10), [1] * 300, target=tiny)
 
 
 def test_layer_skip_out_of_range(tiny):

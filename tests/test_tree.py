@@ -48,7 +48,7 @@ def test_4d_mask_layout():
 
 def _fresh_logits(model, tokens: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([tokens])).logits[0]  # (T, V)
+        return model(input_ids=torch.tensor([tokens], device=model.device)).logits[0]  # (T, V)
 
 
 def test_chain_tree_matches_causal_forward(tiny):
@@ -65,11 +65,12 @@ def test_chain_tree_matches_causal_forward(tiny):
 
 
 def _tree_forward_with_mask(runner: CachedModel, tree: DraftTree) -> torch.Tensor:
-    start = runner.length
+    start, device = runner.length, runner.device
     with torch.inference_mode():
-        out = runner.model(input_ids=torch.tensor([tree.tokens]),
-                           attention_mask=attention_mask_4d(tree.parents, start, torch.float32),
-                           position_ids=position_ids(tree.parents, start)[None], past_key_values=runner.cache)
+        out = runner.model(input_ids=torch.tensor([tree.tokens], device=device),
+                           attention_mask=attention_mask_4d(tree.parents, start, torch.float32).to(device),
+                           position_ids=position_ids(tree.parents, start).to(device)[None],
+                           past_key_values=runner.cache)
     return out.logits[0]
 
 

@@ -3,6 +3,9 @@ from .base import Drafter, NoDraft, Proposal
 from .draft_model import DraftModelDrafter
 from .layer_skip import LayerSkipDrafter, default_skip_layers
 from .prompt_lookup import PromptLookupDrafter
+from .eagle_tree import EagleTreeDrafter
+from .tree_draft import DynamicTreeDrafter, TreeShape
 
 __all__ = ["Drafter", "NoDraft", "Proposal", "DraftModelDrafter", "LayerSkipDrafter", "PromptLookupDrafter",
-           "default_skip_layers"]
+           "default_skip_layers", "DynamicTreeDrafter", "EagleTreeDrafter",
+           "TreeShape"]

@@ -1,7 +1,10 @@
 """The drafter interface (transformers' candidate generator, reduced to what the loop needs).
 
 propose(ids, limit, ...) -> Proposal   a draft tree rooted at the pending token ids[-1], at most `limit` drafts
-observe(n_before, n_accepted)          after verification: roll the drafter's own state back to what was kept
+observe(n_before, n_accepted, path=, features=)
+                                       after verification: roll the drafter's own state back to what was kept;
+                                       path = the accepted node ids (which branch of a tree won), features = the
+                                       target's last hidden states (N+1, H) when wants_target_hidden
 close()                                free caches; called from the loop's `finally`, also on cancel
 """
 from __future__ import annotations
@@ -22,21 +25,31 @@ class Proposal:
     forwards: int = 0  # draft forward passes spent this round
     checks: list[dict] = field(default_factory=list)  # the draft-length rule's per-position records
     reason: str = "limit"  # why drafting stopped: "limit" | "rule" | "budget" | "no-match" | "eos" | "none"
+    search: dict | None = None  # tree drafters: the candidate pool, reranked set and stop checks (trace.py)
 
 
 class Drafter:
     name = "drafter"
     offers_distribution = True  # False for copy-based drafters (their candidates are deterministic)
+    wants_target_hidden = False  # True: the loop asks the target forward for hidden states and passes them back
 
-    def start(self, ids: list[int]) -> None:
-        """The prompt is known (ids[-1] is the pending token); prefill any state of the drafter's own."""
+    def start(self, ids: list[int], features: torch.Tensor | None = None) -> None:
+        """The prompt is known (ids[-1] is the pending token); prefill any state of the drafter's own.
+
+        features: (len(ids) - 1, H) the target's last hidden states over the prefill, only when wants_target_hidden.
+        """
 
     def propose(self, ids: list[int], limit: int, rule: DraftRule, warp: Warp, generator: torch.Generator,
                 record: bool) -> Proposal:
         raise NotImplementedError
 
-    def observe(self, n_before: int, n_accepted: int) -> None:
-        """ids had n_before tokens when the round began; the first n_accepted drafts were kept."""
+    def observe(self, n_before: int, n_accepted: int, path: list[int] | None = None,
+                features: torch.Tensor | None = None) -> None:
+        """ids had n_before tokens when the round began; the first n_accepted drafts were kept.
+
+        path: the accepted node ids, root excluded (a chain's is 1..n_accepted); features: (N+1, H) target hidden
+        states of every node, given only to a drafter that sets wants_target_hidden.
+        """
 
     def close(self) -> None:
         """Release caches."""

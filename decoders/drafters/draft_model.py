@@ -22,7 +22,7 @@ class DraftModelDrafter(Drafter):
         return draft_chain(lambda tokens: self.runner.forward(tokens, last_only=True)[-1], unseen, limit, rule,
                            warp, generator, record)
 
-    def observe(self, n_before: int, n_accepted: int) -> None:
+    def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
         # The cache holds ids[:n_before] plus the drafts it was fed; keep only drafts that were accepted.
         fed_drafts = self.runner.length - n_before
         self.runner.drop_last(fed_drafts - min(fed_drafts, n_accepted))
