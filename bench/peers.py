@@ -2,25 +2,32 @@
 
 Three peers, same models, same prompt ids, same max_new_tokens, greedy:
   hf/greedy          model.generate(do_sample=False)
-  hf/assisted        model.generate(assistant_model=draft, do_sample=False)  (transformers' defaults for the
-                     assistant: num_assistant_tokens=20, schedule "constant", assistant_confidence_threshold=0.4;
-                     the threshold adapts only when scikit-learn is installed; `peer_settings` records which)
-  hf/prompt-lookup   model.generate(prompt_lookup_num_tokens=10, do_sample=False)  (max_matching_ngram_size
-                     left at transformers' default, 2)
+  hf/assisted        model.generate(assistant_model=draft, do_sample=False) with the assistant settings given per
+                     method (num_assistant_tokens, assistant_confidence_threshold, num_assistant_tokens_schedule;
+                     bench/tuning.py picks them on tuning prompts). They are written into the draft's
+                     generation_config for the call and restored after it, so a "heuristic" schedule starts from the
+                     same value in every run (transformers would otherwise carry its state into the next call).
+  hf/prompt-lookup   model.generate(prompt_lookup_num_tokens=N, max_matching_ngram_size=n, do_sample=False): the
+                     bench passes SpecLab's n-gram size, so both sides match the same n-grams (n..1, first from left).
 
 Timing (the same clock as SpecLab's runs, see bench/runner.py): a streamer notes the wall time of every batch of
 new tokens. Decode time runs from the first batch of new tokens (the end of prefill and of the first round) to the
 return of `generate`; decode tokens are the tokens delivered after that first batch. Target and draft forward
-calls are counted with forward pre-hooks, so τ and the drafted-token count come from the model calls themselves.
+calls are counted with forward pre-hooks, so τ and the drafted-token count come from the model calls themselves:
+τ = new tokens ÷ target forward calls, the prefill call included (HF's first call is prefill and first round).
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-HF_PROMPT_LOOKUP_TOKENS = 10
+# transformers' own defaults, used where a method gives no setting
+ASSISTED_DEFAULTS = {"num_assistant_tokens": 20, "assistant_confidence_threshold": 0.4,
+                     "num_assistant_tokens_schedule": "constant"}
+PROMPT_LOOKUP_DEFAULTS = {"prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 2}
 
 
 @dataclass
@@ -58,8 +65,8 @@ class _CallCounter:
         self.handle.remove()
 
 
-def peer_settings(kind: str, draft_model: torch.nn.Module | None = None) -> dict:
-    """What the peer ran with, for the JSON and the report."""
+def peer_settings(kind: str, settings: dict | None = None) -> dict:
+    """What the peer runs with (transformers' defaults overridden by `settings`), for the JSON and the report."""
     import transformers
 
     try:
@@ -68,23 +75,41 @@ def peer_settings(kind: str, draft_model: torch.nn.Module | None = None) -> dict
         sklearn_ok = True
     except ImportError:
         sklearn_ok = False
-    settings = {"transformers": transformers.__version__, "do_sample": False, "num_beams": 1}
+    out = {"transformers": transformers.__version__, "do_sample": False, "num_beams": 1}
     if kind == "assisted":
-        config = draft_model.generation_config if draft_model is not None else None
-        defaults = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
-                    "assistant_confidence_threshold": 0.4}
-        for name, default in defaults.items():
-            value = getattr(config, name, None) if config is not None else None
-            settings[name] = value if value is not None else default
-        settings["confidence_threshold_adapts"] = sklearn_ok  # transformers tunes it by ROC only with sklearn
-    if kind == "prompt-lookup":
-        settings["prompt_lookup_num_tokens"] = HF_PROMPT_LOOKUP_TOKENS
-        settings["max_matching_ngram_size"] = "default (2)"
-    return settings
+        out.update(_merged(ASSISTED_DEFAULTS, settings))
+        out["confidence_threshold_adapts"] = sklearn_ok  # transformers tunes it by ROC only with scikit-learn
+        out["schedule_state"] = "reset before every call"
+    elif kind == "prompt-lookup":
+        out.update(_merged(PROMPT_LOOKUP_DEFAULTS, settings))
+    return out
+
+
+def _merged(defaults: dict, settings: dict | None) -> dict:
+    unknown = set(settings or {}) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown HF setting(s) {sorted(unknown)}; known: {sorted(defaults)}")
+    return {**defaults, **(settings or {})}
+
+
+@contextmanager
+def assistant_config(draft_model: torch.nn.Module, settings: dict):
+    """The assistant's generation_config carries transformers' assisted settings: set them for one call, then
+    restore them (the "heuristic" schedule writes its last draft length back into that config)."""
+    config = draft_model.generation_config
+    saved = {name: getattr(config, name, None) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(config, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
 
 
 @torch.inference_mode()
-def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draft=None) -> dict:
+def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draft=None,
+             settings: dict | None = None) -> dict:
     """One HF generate call. kind: "greedy" | "assisted" | "prompt-lookup". Returns the raw figures."""
     model = target.model
     device = next(model.parameters()).device
@@ -93,30 +118,40 @@ def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draf
     kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                   do_sample=False, temperature=None, top_p=None, top_k=None, num_beams=1,
                   eos_token_id=eos, pad_token_id=(eos[0] if eos else 0))
+    assisted = {}
     if kind == "assisted":
         if draft is None:
             raise ValueError("hf/assisted needs a draft model")
         kwargs["assistant_model"] = draft.model
+        assisted = _merged(ASSISTED_DEFAULTS, settings)
     elif kind == "prompt-lookup":
-        kwargs["prompt_lookup_num_tokens"] = HF_PROMPT_LOOKUP_TOKENS
+        kwargs.update(_merged(PROMPT_LOOKUP_DEFAULTS, settings))
     elif kind != "greedy":
         raise ValueError(f"unknown peer {kind!r}")
     streamer = _TimingStreamer()
     target_calls = _CallCounter(model)
     draft_calls = _CallCounter(draft.model) if kind == "assisted" else None
     try:
-        start = time.perf_counter()
-        out = model.generate(**kwargs, streamer=streamer)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        end = time.perf_counter()
+        with assistant_config(draft.model, assisted) if assisted else _nothing():
+            start = time.perf_counter()
+            out = model.generate(**kwargs, streamer=streamer)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            end = time.perf_counter()
     finally:
         target_calls.close()
         if draft_calls is not None:
             draft_calls.close()
     output = out[0, len(prompt_ids):].tolist()
-    return _figures(output, streamer.events, start, end, target_calls.sizes,
-                    draft_calls.sizes if draft_calls else [], len(prompt_ids), kind)
+    result = _figures(output, streamer.events, start, end, target_calls.sizes,
+                      draft_calls.sizes if draft_calls else [], len(prompt_ids), kind)
+    result["target_call_sizes"] = list(target_calls.sizes)
+    return result
+
+
+@contextmanager
+def _nothing():
+    yield
 
 
 def _figures(output: list[int], events: list[tuple[float, int]], start: float, end: float, target_sizes: list[int],
@@ -138,9 +173,9 @@ def _figures(output: list[int], events: list[tuple[float, int]], start: float, e
         "tok_s": decode_tokens / decode_seconds if decode_tokens > 0 and decode_seconds > 0 else None,
         "prefill_seconds": first_time - start,  # prefill + the first step/round (HF does both in one call)
         "wall_seconds": end - start,
-        "target_forwards": rounds,
+        "target_forwards": rounds,  # every call, the prefill call included (it also verifies the first drafts)
         "draft_forwards": len(draft_sizes),
-        "tau": len(output) / rounds if rounds else None,
+        "tau": len(output) / rounds if rounds else None,  # prefill call counted: the same rule as SpecLab's rows
         "drafted": drafted,
         "accepted": accepted if drafted else 0,
         "acceptance_rate": min(1.0, accepted / drafted) if drafted else None,

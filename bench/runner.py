@@ -32,12 +32,13 @@ class Method:
     label: str
     family: str  # "ours" | "hf"
     kind: str  # "baseline" | "draft-model" | "prompt-lookup" | "layer-skip"
-    options: dict = field(default_factory=dict)  # ours: DecodeOptions fields; hf: unused
+    options: dict = field(default_factory=dict)  # ours: DecodeOptions fields; hf: generate settings (bench/peers.py)
     record: bool = True  # ours: trace recording on/off
     temperature: float = 0.0
-    peer: str | None = None  # the HF method this one is compared against
+    peer: str | None = None  # the HF method this one is compared against on the same kernels (the headline)
     baseline: str = "ours/baseline"  # speedups are measured against this method (temperature-0 baseline)
     kernels: str = "packed"  # matmul kernels the models run on: "packed" (SpecLab's, decoders/kernels.py) | "stock"
+    peer_stock: str | None = None  # the same HF method as users run it (stock kernels): the second column
 
     @property
     def needs_draft(self) -> bool:
@@ -49,17 +50,19 @@ class Method:
 
 
 def ours(key: str, label: str, kind: str, record: bool = True, temperature: float = 0.0, peer: str | None = None,
-         kernels: str = "packed", **options) -> Method:
+         kernels: str = "packed", peer_stock: str | None = None, **options) -> Method:
     if kind == "baseline":
         options = {"method": "baseline", **options}
     else:
         options = {"method": "speculative", "drafter": kind, **options}
-    return Method(key, label, "ours", kind, options, record, temperature, peer, kernels=kernels)
+    return Method(key, label, "ours", kind, options, record, temperature, peer, kernels=kernels,
+                  peer_stock=peer_stock)
 
 
-def hf(key: str, label: str, kind: str, kernels: str = "stock") -> Method:
-    """HF peers run on stock nn.Linear by default: transformers as users run it."""
-    return Method(key, label, "hf", kind, {}, True, 0.0, None, kernels=kernels)
+def hf(key: str, label: str, kind: str, kernels: str = "stock", **settings) -> Method:
+    """An HF peer; `settings` go to generate (bench/peers.py). kernels "stock" = transformers as users run it,
+    "packed" = on SpecLab's kernels, the equal-terms comparison."""
+    return Method(key, label, "hf", kind, dict(settings), True, 0.0, None, kernels=kernels)
 
 
 HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup"}
@@ -121,6 +124,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
                 first_time, first_tokens = time.perf_counter(), len(trace.output_ids)
         end = time.perf_counter()
     totals = trace.totals
+    forwards = forwards_with_prefill(totals["target_forwards"], len(prompt.ids))
     decode_tokens = len(trace.output_ids) - first_tokens
     decode_seconds = end - (first_time or end)
     return {
@@ -133,9 +137,10 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "trace_decode_seconds": trace.decode_seconds,
         "prefill_seconds": trace.prefill_seconds,
         "wall_seconds": end - start,
-        "target_forwards": totals["target_forwards"],
+        "target_forwards": forwards,
         "draft_forwards": totals["draft_forwards"],
-        "tau": totals["tau"],
+        "tau": len(trace.output_ids) / forwards if forwards else None,
+        "trace_tau": totals["tau"],  # the trace's own τ: tokens ÷ verification forwards (the prefill left out)
         "drafted": totals["drafted"],
         "accepted": totals["accepted"],
         "acceptance_rate": totals["acceptance_rate"],
@@ -146,6 +151,12 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
     }
 
 
+def forwards_with_prefill(verify_forwards: int, prompt_len: int) -> int:
+    """Target forward calls of a SpecLab run, counted like HF's (every call): the verification forwards the trace
+    records, plus the prefill call over all prompt tokens but the last (none for a one-token prompt)."""
+    return verify_forwards + (1 if prompt_len > 1 else 0)
+
+
 def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, seed: int = 0) -> dict:
     target, draft = models["target"], models.get("draft")
     if method.needs_draft and draft is None:
@@ -154,7 +165,7 @@ def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, s
     if method.family == "ours":
         result = run_ours(method, target, prompt, max_new_tokens, draft, seed)
     else:
-        result = peers.run_peer(HF_KIND[method.kind], target, prompt.ids, max_new_tokens, draft)
+        result = peers.run_peer(HF_KIND[method.kind], target, prompt.ids, max_new_tokens, draft, method.options)
     result.update({"method": method.key, "family": method.family, "label": method.label, "kind": method.kind,
                    "record": method.record, "temperature": method.temperature, "seed": seed,
                    "prompt": prompt.id, "prompt_kind": prompt.kind, "prompt_tokens": len(prompt.ids)})
@@ -191,7 +202,7 @@ def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: 
         if not prompt.ids:
             prompt.ids = target.encode_prompt(prompt.text, chat=True)
     if warmup:  # first calls pay one-off costs (allocator, kernels, lazy imports): keep them out of the figures
-        for method in methods:
+        for method in warmup_set(methods):
             run_one(method, models, prompts[0], min(4, max_new_tokens))
     records = []
     total = reps * len(prompts) * len(methods)
@@ -211,6 +222,15 @@ def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: 
                     f"{(f'{tok_s:6.2f}' if tok_s else '   n/a')} tok/s  tau {_fmt(result['tau'])}")
     mark_identity(records)
     return records
+
+
+def warmup_set(methods: list[Method]) -> list[Method]:
+    """One method per code path (family, drafter, kernels, greedy or not): one-off costs belong to the path, not to
+    a setting, and a tuning grid of 18 settings should not pay 18 warm-up prefills."""
+    seen = {}
+    for m in methods:
+        seen.setdefault((m.family, m.kind, m.kernels, m.greedy, m.record), m)
+    return list(seen.values())
 
 
 def mark_identity(records: list[dict]) -> None:
@@ -278,7 +298,7 @@ def describe(method: Method) -> dict:
     """Plain-data description of a method for the JSON (and for the report's predicted-speedup columns)."""
     return {"key": method.key, "label": method.label, "family": method.family, "kind": method.kind,
             "record": method.record, "temperature": method.temperature, "peer": method.peer,
-            "baseline": method.baseline, "options": dict(method.options), "kernels": method.kernels,
+            "peer_stock": method.peer_stock, "baseline": method.baseline, "options": dict(method.options), "kernels": method.kernels,
             "rule": method.options.get("rule", "static") if method.family == "ours" and method.kind != "baseline"
             else None,
             "gamma": method.options.get("gamma", 4) if method.family == "ours" and method.kind != "baseline"

