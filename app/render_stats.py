@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from decoders.stats import summarize
 from decoders.trace import Trace
 
-from .theme import STATUS_COLORS
+from .theme import OKABE_ITO, STATUS_COLORS, describe
 
 
 def totals(trace: Trace) -> dict:
@@ -93,33 +93,54 @@ def stats_html(trace: Trace) -> str:
     )
 
 
-def stats_figure(trace: Trace, height: int = 260) -> go.Figure:
-    """Per-position acceptance, accepted-length histogram, and the time split, side by side."""
+def stats_figure(trace: Trace, height: int = 640) -> go.Figure:
+    """Per-position acceptance, accepted-length histogram, and the time split, stacked (so each keeps the full
+    width of the column, on a phone too), every axis titled and the time split with its legend."""
     t = totals(trace)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("acceptance by draft position",
-                                                        "accepted drafts per round", "where the time went (s)"))
+    fig = make_subplots(rows=3, cols=1, row_heights=[0.4, 0.4, 0.2], vertical_spacing=0.17,
+                        subplot_titles=("Acceptance by draft position", "Accepted drafts per round",
+                                        "Where the decode time went"))
     per_pos = t.get("per_position_acceptance") or []
     fig.add_trace(go.Bar(x=list(range(1, len(per_pos) + 1)), y=per_pos, marker_color=STATUS_COLORS["accepted"],
-                         name="per-position acceptance",
+                         name="per-position acceptance", showlegend=False,
                          hovertemplate="position %{x}: accepted in %{y:.0%} of the rounds that drafted it"
                                        "<extra></extra>"), row=1, col=1)
     hist = t.get("accepted_histogram") or []
-    fig.add_trace(go.Bar(x=list(range(len(hist))), y=hist, marker_color="#3b7dd8", name="accepted-length histogram",
-                         hovertemplate="%{y} rounds accepted exactly %{x} drafts<extra></extra>"), row=1, col=2)
+    fig.add_trace(go.Bar(x=list(range(len(hist))), y=hist, marker_color=OKABE_ITO["blue"], showlegend=False,
+                         name="accepted-length histogram",
+                         hovertemplate="%{y} rounds accepted exactly %{x} drafts<extra></extra>"), row=2, col=1)
     secs = t.get("seconds") or {}
-    colors = {"draft": "#9ecae1", "verify": "#3b7dd8", "bookkeeping": "#c7c7c7"}
-    for key in ("draft", "verify", "bookkeeping"):
-        fig.add_trace(go.Bar(x=[secs.get(key, 0.0)], y=["time"], orientation="h", name=key,
-                             marker_color=colors[key],
-                             hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"), row=1, col=3)
-    fig.update_layout(height=height, showlegend=False, barmode="stack", plot_bgcolor="white",
-                      margin=dict(l=10, r=10, t=60, b=10))
-    fig.update_yaxes(range=[0, 1.05], tickformat=".0%", row=1, col=1, gridcolor="#eee")
-    fig.update_yaxes(gridcolor="#eee", row=1, col=2)
-    fig.update_xaxes(dtick=1, row=1, col=1)
-    fig.update_xaxes(dtick=1, row=1, col=2)
-    fig.update_annotations(font_size=12)
-    return fig
+    for key, color, pattern in TIME_PARTS:
+        fig.add_trace(go.Bar(x=[secs.get(key, 0.0)], y=["time"], orientation="h", name=key, marker_color=color,
+                             marker_pattern_shape=pattern,
+                             hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"), row=3, col=1)
+    fig.update_layout(height=height, showlegend=True, barmode="stack", plot_bgcolor="white",
+                      legend=dict(orientation="h", x=0, y=-0.08, yanchor="top", title_text="time: "),
+                      margin=dict(l=10, r=10, t=70, b=10))
+    fig.update_yaxes(range=[0, 1.05], tickformat=".0%", title_text="accepted", row=1, col=1, gridcolor="#eee")
+    fig.update_xaxes(dtick=1, title_text="draft position", row=1, col=1)
+    fig.update_yaxes(title_text="rounds", gridcolor="#eee", row=2, col=1)
+    fig.update_xaxes(dtick=1, title_text="drafts accepted in the round", row=2, col=1)
+    fig.update_yaxes(showticklabels=False, row=3, col=1)
+    fig.update_xaxes(title_text="seconds", row=3, col=1, gridcolor="#eee")
+    fig.update_annotations(font_size=13)
+    return describe(fig, stats_summary(t))
+
+
+# The time split's parts: colour and a fill pattern, so the parts differ without colour vision too.
+TIME_PARTS = (("draft", OKABE_ITO["sky blue"], "/"), ("verify", OKABE_ITO["blue"], ""),
+              ("bookkeeping", "#bbbbbb", "."))
+
+
+def stats_summary(t: dict) -> str:
+    """The statistics chart in words (its text alternative)."""
+    per_pos = ", ".join(f"{v:.0%}" for v in t.get("per_position_acceptance") or []) or "none"
+    hist = t.get("accepted_histogram") or []
+    counts = ", ".join(f"{n} round{'s' if n != 1 else ''} accepted {k}" for k, n in enumerate(hist) if n) or "none"
+    secs = t.get("seconds") or {}
+    split = ", ".join(f"{key} {secs.get(key, 0.0):.2f} s" for key, _, _ in TIME_PARTS)
+    return (f"Acceptance by draft position: {per_pos}. Accepted drafts per round: {counts}. "
+            f"Decode time: {split}.")
 
 
 STATS_CSS = """

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
-from .theme import STATUS_COLORS, STATUS_LABELS, visible_token
+from .theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, \
+    wrap_title
 
 EXTRA = "extra"  # the graph attribute marking the target's own token
 ROW_GAP = 1.0
@@ -79,39 +80,83 @@ def _checks_by_position(rnd: RoundRecord) -> dict[int, dict]:
     return {int(c.get("position", 0)): c for c in rule.get("checks", []) or []}
 
 
-def _fmt(value, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
+def _is_greedy(trace: Trace) -> bool:
+    """Temperature 0: acceptance is argmax matching and the target's own token is its argmax (no draws)."""
+    return float((trace.options or {}).get("temperature", 0.0) or 0.0) == 0.0
 
 
-def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dict]) -> str:
+def _own_token_line(status: str, greedy: bool) -> str:
+    """Where the target's own token came from; at temperature 0 nothing is drawn, it is the target's argmax."""
+    if status == "baseline":
+        return "a plain target step (no draft this round)" + (": the target's argmax" if greedy else "")
+    if greedy:
+        return {"bonus": "the target's argmax after every draft on the path was accepted",
+                "resampled": "the target's argmax at the rejected position (greedy: no residual, no draw)"}[status]
+    return {"bonus": "drawn from the target's p after every draft on the path was accepted",
+            "resampled": "drawn from the residual norm(max(p − q, 0)) after a rejection"}[status]
+
+
+def _draft_lines(graph: nx.DiGraph, node: int, rnd: RoundRecord, greedy: bool) -> list[str]:
+    """q, p and the acceptance test of one drafted node, labelled by what the trace says was done."""
+    record = graph.nodes[node]["record"]
+    lines = [f"q (draft prob of this token) = {sig(record.q)}" if record.q is not None else
+             "q: none (a deterministic draft, e.g. copied by prompt lookup: q(x) = 1)",
+             f"p (target prob after its parent) = {sig(record.p)}"]
+    if greedy:
+        lines.append("(greedy: q and p are softmax at temperature 1, for reference; only the argmax decides)")
+    if record.status == "not_reached":
+        lines.append("not reached: a draft before it was rejected, so the target never judged it")
+        return lines
+    if record.accept_prob is None:
+        return lines
+    if greedy:
+        verdict = "accept" if record.status == "accepted" else "reject"
+        lines.append(f"greedy decision: accept iff the target's argmax is this token → {verdict}")
+        if record.status == "rejected" and rnd.bonus_source == "resampled" and _parent_is_anchor(graph, node):
+            lines.append(f"the target's argmax here: {html.escape(repr(rnd.bonus_text))}")
+        return lines
+    after_sibling = any(graph.nodes[s]["status"] == "rejected" for s in graph.successors(record.parent) if s < node)
+    formula = "min(1, r/q′) against the residual left by a rejected sibling" if after_sibling else "min(1, p/q)"
+    lines.append(f"acceptance prob {formula} = {sig(record.accept_prob)}")
+    if record.uniform is not None:
+        verdict = "accepted" if record.status == "accepted" else "rejected"
+        lines.append(f"uniform draw u = {sig(record.uniform)} → {verdict} (accept iff u < the acceptance prob)")
+    return lines
+
+
+def _parent_is_anchor(graph: nx.DiGraph, node: int) -> bool:
+    """Is this node a child of the last accepted node (where the target put its own token)?"""
+    return graph.nodes[node]["record"].parent == _last_accepted(graph)
+
+
+def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dict], greedy: bool) -> str:
     data = graph.nodes[node]
     status = data["status"]
     token = html.escape(repr(data["text"]))
     lines = [f"<b>{token}</b>  ({STATUS_LABELS.get(status, status)})"]
-    record = data.get("record")
     if status == "root":
         lines.append("the pending token: already committed, the target scores its children")
     elif data.get(EXTRA):
-        source = {"bonus": "drawn from the target's p after every draft on the path was accepted",
-                  "resampled": "drawn from the residual norm(max(p − q, 0)) after a rejection",
-                  "baseline": "a plain target step (no draft this round)"}.get(status, "")
-        lines.append(f"the target's own token: {source}")
-    elif record is not None:
-        lines.append(f"q (draft prob of this token) = {_fmt(record.q)}")
-        lines.append(f"p (target prob after its parent) = {_fmt(record.p)}")
-        lines.append(f"acceptance prob min(1, p/q) = {_fmt(record.accept_prob)}")
-        lines.append(f"uniform draw u = {_fmt(record.uniform)}" + ("" if record.uniform is not None
-                                                                   else " (greedy: accept iff argmax matches)"))
-        check = checks.get(data["depth"])
-        if check:
-            if check.get("entropy") is not None:
-                lines.append(f"draft entropy H = {_fmt(check['entropy'])} nats")
-            if check.get("confidence") is not None:
-                lines.append(f"draft confidence max q = {_fmt(check['confidence'])}")
-            if check.get("bound") is not None:
-                lines.append(f"rule bound = {_fmt(check['bound'])} vs λ = {_fmt(check.get('lam'))}")
+        lines.append(f"the target's own token: {_own_token_line(status, greedy)}")
+    elif data.get("record") is not None:
+        lines += _draft_lines(graph, node, rnd, greedy)
+        lines += _rule_lines(checks.get(data["depth"]))
     lines.append(f"depth {data['depth']} · node {node}")
     return "<br>".join(lines)
+
+
+def _rule_lines(check: dict | None) -> list[str]:
+    """The draft-length rule's numbers at this node's depth (AdaEDL's entropy, max-confidence's max q)."""
+    if not check:
+        return []
+    lines = []
+    if check.get("entropy") is not None:
+        lines.append(f"draft entropy H = {sig(check['entropy'])} nats")
+    if check.get("confidence") is not None:
+        lines.append(f"draft confidence max q = {sig(check['confidence'])}")
+    if check.get("bound") is not None:
+        lines.append(f"rule bound = {sig(check['bound'])} vs λ = {sig(check.get('lam'))}")
+    return lines
 
 
 def tree_height(trace: Trace) -> int:
@@ -131,23 +176,43 @@ def tree_figure(trace: Trace, index: int | None = None, height: int | None = Non
     graph = round_graph(rnd)
     pos = tidy_layout(graph)
     checks = _checks_by_position(rnd)
+    greedy = _is_greedy(trace)
     fig = go.Figure()
     _add_edges(fig, graph, pos)
     for status in STATUS_COLORS:
         ids = [n for n in graph.nodes if graph.nodes[n]["status"] == status]
         if ids:
-            _add_nodes(fig, graph, pos, ids, status, rnd, checks)
+            _add_nodes(fig, graph, pos, ids, status, [_hover(graph, n, rnd, checks, greedy) for n in ids])
     depth_max = max(_max_depth(trace), max(x for x, _ in pos.values()))
     rows = max(y for _, y in pos.values())
+    title = wrap_title(_title(trace, rnd))
     fig.update_layout(
-        title=dict(text=_title(trace, rnd), font=dict(size=14)), height=height, showlegend=True,
-        legend=dict(orientation="h", y=-0.12, x=0, yanchor="top"), margin=dict(l=10, r=10, t=40, b=10),
+        title=dict(text=title, font=dict(size=14)), height=height, showlegend=True,
+        legend=dict(orientation="h", y=-0.12, x=0, yanchor="top"),
+        margin=dict(l=10, r=10, t=title_margin(title), b=10),
         hovermode="closest", plot_bgcolor="white", dragmode="pan",
         xaxis=dict(range=[-0.6, depth_max + 0.6], showgrid=False, zeroline=False, dtick=1, showticklabels=True,
                    ticks="outside", ticklen=3, tickfont=dict(size=10, color="#888")),
         yaxis=dict(range=[rows + 0.8, -0.8], showgrid=False, zeroline=False, showticklabels=False),
     )
-    return fig
+    return describe(fig, tree_summary(trace, rnd, graph))
+
+
+def tree_summary(trace: Trace, rnd: RoundRecord, graph: nx.DiGraph) -> str:
+    """The figure in words (its text alternative): the accepted path, what was rejected, the target's token."""
+    def tokens(status: str) -> list[str]:
+        return [repr(graph.nodes[n]["text"]) for n in sorted(graph.nodes)
+                if graph.nodes[n]["status"] == status and not graph.nodes[n].get(EXTRA)]
+
+    parts = [_title(trace, rnd) + "."]
+    for status, what in (("accepted", "accepted"), ("rejected", "rejected"), ("not_reached", "not reached")):
+        found = tokens(status)
+        if found:
+            parts.append(f"{what}: {', '.join(found)}.")
+    extra = next(n for n in graph.nodes if graph.nodes[n].get(EXTRA))
+    own = graph.nodes[extra]
+    parts.append(f"The target added {own['text']!r} ({STATUS_LABELS.get(own['status'], own['status'])}).")
+    return " ".join(parts)
 
 
 def _max_depth(trace: Trace) -> int:
@@ -181,7 +246,7 @@ def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
         xs += [pos[parent][0], pos[child][0], None]
         ys += [pos[parent][1], pos[child][1], None]
     styles = {"path": dict(color=STATUS_COLORS["accepted"], width=4),
-              "extra": dict(color=STATUS_COLORS["bonus"], width=2, dash="dot"),
+              "extra": dict(color="#555", width=2, dash="dot"),
               "other": dict(color="#b8b8b8", width=1.5)}
     for key, (xs, ys) in groups.items():
         if xs:
@@ -189,24 +254,31 @@ def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
                                      showlegend=False, name=f"edges:{key}"))
 
 
-def _add_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, ids: list[int], status: str, rnd: RoundRecord,
-               checks: dict) -> None:
-    symbol = "x" if status == "rejected" else "diamond" if graph.nodes[ids[0]].get(EXTRA) else "circle"
+def _add_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, ids: list[int], status: str,
+               hovers: list[str]) -> None:
     fig.add_trace(go.Scatter(
         x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name=STATUS_LABELS[status],
         text=[visible_token(graph.nodes[n]["text"], 14) for n in ids], textposition="top center",
         textfont=dict(size=13, color="#222"),
-        marker=dict(size=18, color=STATUS_COLORS[status], symbol=symbol, line=dict(width=1, color="#333"),
-                    opacity=0.55 if status == "not_reached" else 1.0),
+        marker=_marker(status),
         customdata=[[n, status] for n in ids], meta=status,
-        hovertext=[_hover(graph, n, rnd, checks) for n in ids], hovertemplate="%{hovertext}<extra></extra>",
+        hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>",
     ))
 
 
-def empty_figure(message: str, height: int = 300) -> go.Figure:
+def _marker(status: str) -> dict:
+    """Colour and symbol: a hollow symbol is drawn by its outline alone (plotly strokes it in the marker colour)."""
+    symbol = STATUS_SYMBOLS[status]
+    outline = dict(width=2.5) if symbol.endswith("-open") else dict(width=1, color="#333")
+    color = "#8a8a8a" if status == "not_reached" else STATUS_COLORS[status]
+    return dict(size=18, color=color, symbol=symbol, line=outline)
+
+
+def empty_figure(message: str, height: int = 300, width: int = 40) -> go.Figure:
+    """A figure that only says something; the message is wrapped so it fits a half-width or phone-width plot."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=13, color="#666"))
+    fig.add_annotation(text=wrap_title(message, width), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=13, color="#555"))
     fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=20, b=10))
-    return fig
+    return describe(fig, message)

@@ -1,33 +1,55 @@
-"""Colours and labels shared by every view, so a status looks the same in the text, the tree and the legend."""
+"""Colours, marks, labels and number formats shared by every view, so a status looks the same in the text, the
+tree and the legend.
+
+Colours are Okabe & Ito's colour-blind-safe palette (Color Universal Design, 2008), and colour is never the only
+channel: every token provenance also has its own underline style and every tree status its own marker symbol.
+"""
 from __future__ import annotations
 
+import math
+
+# Okabe-Ito: distinguishable under protanopia, deuteranopia and tritanopia.
+OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73", "yellow": "#F0E442",
+             "blue": "#0072B2", "vermillion": "#D55E00", "reddish purple": "#CC79A7", "black": "#000000"}
+
 # Tree node statuses (decoders/trace.py NODE_STATUS) plus the target's own token (bonus / resampled / baseline).
+# The four provenance colours are the Okabe-Ito set that stays most distinct at the text's 50% tint under simulated
+# protanopia, deuteranopia and tritanopia (tests/test_render.py checks it); a rejected draft is a black cross.
 STATUS_COLORS = {
     "root": "#4c4c4c",
-    "accepted": "#2e9e44",
-    "rejected": "#d62728",
+    "accepted": OKABE_ITO["bluish green"],
+    "rejected": OKABE_ITO["black"],
     "not_reached": "#c7c7c7",
-    "bonus": "#8e44ad",
-    "resampled": "#e67e22",
-    "baseline": "#3b7dd8",
+    "bonus": OKABE_ITO["yellow"],
+    "resampled": OKABE_ITO["vermillion"],
+    "baseline": OKABE_ITO["sky blue"],
 }
-STATUS_LABELS = {
-    "root": "pending token (root)",
-    "accepted": "draft accepted",
-    "rejected": "draft rejected",
-    "not_reached": "draft not reached",
-    "bonus": "bonus (target, all drafts accepted)",
-    "resampled": "resampled (target, after a rejection)",
-    "baseline": "target step (no draft)",
+# The second channel in the tree: drafts are circles (rejected: a cross, not reached: hollow), the target's own
+# token a diamond (replacement: crossed, plain target step: hollow).
+STATUS_SYMBOLS = {"root": "circle", "accepted": "circle", "rejected": "x", "not_reached": "circle-open",
+                  "bonus": "diamond", "resampled": "diamond-x", "baseline": "diamond-open"}
+STATUS_LABELS = {  # short: the tree's legend wraps into few lines at phone width
+    "root": "pending (root)",
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "not_reached": "not reached",
+    "bonus": "bonus (target)",
+    "resampled": "replacement (target)",
+    "baseline": "target step",
 }
 # HighlightedText labels = token provenance (decoders/trace.py PROVENANCE).
 PROVENANCE_COLORS = {k: STATUS_COLORS[k] for k in ("accepted", "resampled", "bonus", "baseline")}
+# The second channel: a CSS text-decoration style per provenance (readable without any colour vision).
+PROVENANCE_UNDERLINES = {"accepted": "solid", "resampled": "wavy", "bonus": "double", "baseline": "dotted"}
+PROVENANCE_NAMES = {"accepted": "accepted draft", "resampled": "target's replacement", "bonus": "bonus (target)",
+                    "baseline": "plain target step"}
 PROVENANCE_HELP = {
     "accepted": "a draft token the target accepted (free: no target step of its own)",
     "resampled": "the target's replacement after it rejected a draft",
     "bonus": "the target's extra token after it accepted every draft of the round",
     "baseline": "a plain target step: the baseline, or a round without any draft",
 }
+ROUND_MARK = "outline: 2px solid #000; outline-offset: 1px; font-weight: 700;"  # the shown round's tokens
 
 
 def visible_token(text: str, limit: int = 16) -> str:
@@ -36,3 +58,118 @@ def visible_token(text: str, limit: int = 16) -> str:
     if not shown:
         shown = "∅"
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def sig(value: float | None, digits: int = 3) -> str:
+    """A number for people: `digits` significant digits, scientific below 1e-3 so small probabilities never read
+    as 0.000; "—" for a missing value."""
+    if value is None:
+        return "—"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    if abs(value) < 1e-3:
+        return f"{value:.{digits - 1}e}"
+    return f"{value:#.{digits}g}".rstrip(".") if abs(value) < 10 ** digits else f"{value:.0f}"
+
+
+def wrap_title(text: str, width: int = 44) -> str:
+    """Break a plot title into lines of at most `width` characters (plotly never wraps), at " · " first, then at
+    spaces, so it stays inside a phone-width plot."""
+    lines: list[str] = []
+    for part in text.split(" · "):
+        joined = f"{lines[-1]} · {part}" if lines else part
+        if lines and len(joined) <= width:
+            lines[-1] = joined
+            continue
+        lines += _wrap_words(part, width)
+    return "<br>".join(lines)
+
+
+def _wrap_words(text: str, width: int) -> list[str]:
+    lines = [""]
+    for word in text.split(" "):
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return lines
+
+
+def title_margin(title: str) -> int:
+    """Top margin (px) that fits a wrapped 14 px title above the plot area."""
+    return 24 + 18 * (title.count("<br>") + 1)
+
+
+def describe(fig, summary: str):
+    """Attach a plain-text summary to a figure (layout.meta); the page's script turns it into the plot's
+    aria-label, so a screen reader gets what the picture shows."""
+    fig.update_layout(meta=summary)
+    return fig
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    """'#RRGGBB' -> 'rgba(r, g, b, a)', spelled the way Gradio writes a HighlightedText token's background."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def provenance_css(scope: str = "#sl-text") -> str:
+    """Underline each output token by its provenance. Gradio marks a token only by its background colour
+    (the colour map at alpha 0.5), so the rule keys on that."""
+    return "".join(f'{scope} .token[style*="{rgba(color, 0.5)}"] {{ text-decoration: underline '
+                   f'{PROVENANCE_UNDERLINES[name]} #222; text-decoration-thickness: 2px; '
+                   f'text-underline-offset: 3px; }}\n' for name, color in PROVENANCE_COLORS.items())
+
+
+# The page's CSS beyond the views' own: the output text's marks and the responsive layout. The Generate tab is a
+# grid of four cells (prompt and Run, the examples, the result, the options): on a wide screen the result sits
+# beside the other three; on a narrow one everything stacks with the result straight after Run. Side-by-side
+# plots wrap onto their own lines before they get too narrow.
+NARROW = 860  # px: below this the Generate tab is one column
+PLOT_MIN = 360  # px: two plots in a row wrap below this width each
+PAGE_CSS = provenance_css() + f"""
+#sl-text {{ font-size: 15px; line-height: 1.9; }}
+#sl-text .token-container {{ margin: 0 !important; }}
+#sl-text .token {{ margin: 1px 0 !important; padding: 0 1px !important; border-radius: 3px !important;
+                  white-space: pre-wrap; }}
+#sl-text .token:focus-visible {{ outline: 3px solid {OKABE_ITO["blue"]}; outline-offset: 2px; }}
+#sl-text .textfield {{ gap: 0 !important; }}
+.sl-legend {{ font-size: 13px; }}
+.sl-key {{ display: inline-block; margin-right: 12px; cursor: help; }}
+.sl-swatch {{ padding: 0 3px; border-radius: 3px; }}
+.sl-swatch-round {{ {ROUND_MARK} }}
+.sl-note {{ font-size: 12.5px; margin: 4px 0 0; opacity: 0.85; }}
+#sl-main {{ display: grid !important; grid-template-columns: minmax(320px, 1fr) minmax(0, 2fr);
+           grid-template-areas: "run out" "ex out" "opts out"; grid-template-rows: auto auto 1fr;
+           align-items: start; }}
+#sl-run-col {{ grid-area: run; }}
+#sl-examples {{ grid-area: ex; }}
+#sl-outputs {{ grid-area: out; min-width: 0 !important; }}
+#sl-options {{ grid-area: opts; }}
+@media (max-width: {NARROW}px) {{
+  #sl-main {{ grid-template-columns: minmax(0, 1fr); grid-template-areas: "run" "out" "ex" "opts";
+             grid-template-rows: auto; }}
+}}
+#sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
+#sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
+                                                                  min-width: min({PLOT_MIN}px, 100%) !important; }}
+"""
+
+# Runs once on page load (launch(js=...)): each plot gets its figure's summary (layout.meta, see `describe`) as
+# role="figure" + aria-label, again whenever Gradio redraws it.
+PAGE_JS = """
+() => {
+  const label = () => document.querySelectorAll('.js-plotly-plot').forEach((div) => {
+    const summary = div.layout && div.layout.meta;
+    if (typeof summary === 'string' && div.getAttribute('aria-label') !== summary) {
+      div.setAttribute('role', 'figure');
+      div.setAttribute('aria-label', summary);
+    }
+  });
+  let queued = false;
+  new MutationObserver(() => {
+    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; label(); }); }
+  }).observe(document.body, { childList: true, subtree: true });
+  label();
+}
+"""

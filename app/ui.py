@@ -7,28 +7,25 @@ from pathlib import Path
 
 import gradio as gr
 
-from decoders.options import DecodeOptions
+from decoders.options import DRAFTERS, RULES
 
-from . import handlers, race
+from . import handlers, race, whisper_tab
+from . import claims, glossary, teach
+from .controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, control_states, draft_choices, example_states, lam_for, \
+    opening_value
+from .hosting import registry_only
 from .render_race import RACE_CSS, leviathan_figure, race_table_html, speed_figure
 from .render_stats import STATS_CSS
-from .theme import PROVENANCE_COLORS, PROVENANCE_HELP
-from .views import OUTPUTS, ROUND_OUTPUTS, full_views, read_trace_file, recorded_traces
+from .session import RunSession
+from .render_text import legend_html
+from .theme import PAGE_CSS, PAGE_JS, PROVENANCE_COLORS
+from .views import OUTPUTS, ROUND_OUTPUTS, full_views, opening_trace, read_trace_file, recorded_traces, shown_round
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 FALLBACK_MODELS = [("smollm2-135m", "single"), ("qwen2.5-coder-1.5b", "target"), ("qwen2.5-coder-0.5b", "draft"),
                    ("gemma3-270m", "single")]
-CSS = STATS_CSS + RACE_CSS + """
-#sl-text { font-size: 15px; line-height: 1.7; }
-#sl-text .token-container { margin: 0 !important; }
-#sl-text .token { margin: 1px 0 !important; padding: 0 1px !important; border-radius: 3px !important;
-                  white-space: pre-wrap; }
-#sl-text .textfield { gap: 0 !important; }
-.sl-legend { font-size: 13px; opacity: 0.9; }
-.sl-legend span { display: inline-block; margin-right: 14px; cursor: help; }
-.sl-legend i { display: inline-block; width: 11px; height: 11px; border-radius: 3px; margin-right: 4px; }
-"""
+CSS = STATS_CSS + RACE_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
 INTRO = """# SpecLab · watch speculative decoding think
 A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
 longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
@@ -54,40 +51,53 @@ def example_prompts() -> list[dict]:
         return []
 
 
-def legend_html() -> str:
-    items = "".join(f'<span title="{PROVENANCE_HELP[k]}"><i style="background:{c}"></i>{k}</span>'
-                    for k, c in PROVENANCE_COLORS.items())
-    return f'<div class="sl-legend">Token colours: {items}</div>'
+def _prompt_controls(opening_prompt: str) -> dict:
+    """The prompt and Run / Stop: the top of the page, followed by the result on a narrow screen."""
+    c = {}
+    c["prompt"] = gr.Textbox(label="Prompt", lines=4, elem_id="sl-prompt", value=opening_prompt,
+                             info="The model sees it through its chat template "
+                             "(untick 'chat template' under Sampling for raw continuation).")
+    with gr.Row(elem_id="sl-run-row"):
+        c["run_btn"] = gr.Button("Run", variant="primary", elem_id="sl-run")
+        c["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="sl-stop")
+    return c
+
+
+def _opening_prompt(trace) -> str:
+    """The prompt of the recorded run the page opens on (Run repeats it live), else the first example's."""
+    if trace is not None and getattr(trace, "prompt", None):
+        return trace.prompt
+    examples = example_prompts()
+    return examples[0]["prompt"] if examples else ""
 
 
 def _controls() -> dict:
-    d = DecodeOptions()
+    """The Generate controls, starting on controls.OPENING (the opening recorded run's method, else defaults)."""
+    d = OPENING
+    shown = control_states(d.model, d.method, d.drafter, d.rule, d.temperature, opening_value("draft_model"))
     c = {}
-    c["prompt"] = gr.Textbox(label="Prompt", lines=4, elem_id="sl-prompt", value=example_prompts()[0]["prompt"]
-                             if example_prompts() else "", info="The model sees it through its chat template "
-                             "(untick 'chat template' under Sampling for raw continuation).")
-    with gr.Row():
-        c["run_btn"] = gr.Button("Run", variant="primary", elem_id="sl-run")
-        c["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="sl-stop")
-    c["model"] = gr.Dropdown(model_choices(), value=d.model, label="Target model", allow_custom_value=True,
+    c["model"] = gr.Dropdown(model_choices(), value=d.model, label="Target model", elem_id="sl-model",
+                             allow_custom_value=not registry_only(),
                              info="The model whose output must not change. Loads on first use (seconds, with "
                                   "progress); cached afterwards.")
-    c["dtype"] = gr.Radio(["auto", "float32", "bfloat16"], value="auto", label="Number format (dtype)",
+    c["dtype"] = gr.Radio(["auto", "float32", "bfloat16"], value=d.dtype, label="Number format (dtype)",
                           info="auto = bfloat16 where this machine runs it faster (measured once), else float32. "
                                "float32 makes greedy output equal the baseline token for token; bfloat16 is "
                                "lossless only up to rounding.")
-    c["method"] = gr.Radio(["baseline", "speculative"], value="speculative", label="Method",
+    c["method"] = gr.Radio(["baseline", "speculative"], value=d.method, label="Method",
                            info="baseline: one target forward per token. speculative: draft, then verify.")
     with gr.Accordion("Speculation", open=True):
-        c["drafter"] = gr.Radio(["draft-model", "prompt-lookup", "layer-skip"], value="layer-skip", label="Drafter",
+        # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
+        # values against the choices a component was built with, so narrow ones would refuse valid API runs.
+        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="Drafter",
                                 info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
                                      "followed the same n-gram earlier in the text. layer-skip: the target itself "
                                      "with some layers skipped.")
-        c["draft_model"] = gr.Dropdown([handlers.DEFAULT_DRAFT] + [n for _, n in model_choices()],
-                                       value=handlers.DEFAULT_DRAFT, label="Draft model",
+        c["draft_model"] = gr.Dropdown(draft_choices(d.model), value=shown["draft_model"]["value"],
+                                       label="Draft model", allow_custom_value=not registry_only(),
                                        info="Only for the draft-model drafter; must share the target's vocabulary "
                                             "(qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b).")
-        c["rule"] = gr.Radio(["static", "heuristic", "max-confidence", "adaedl"], value="adaedl",
+        c["rule"] = gr.Radio(list(RULES), value=d.rule,
                              label="Draft-length rule",
                              info="static: always γ tokens. heuristic: +2 after a full accept, −1 otherwise. "
                                   "max-confidence: stop when the draft's top probability < λ. AdaEDL: stop when "
@@ -97,16 +107,16 @@ def _controls() -> dict:
                                     "copied per match.")
         c["max_draft"] = gr.Slider(1, 16, value=d.max_draft, step=1, label="max draft (L_max)",
                                    info="Cap on drafted tokens per round for heuristic, max-confidence and AdaEDL.")
-        c["lam"] = gr.Slider(0.0, 1.0, value=0.5, step=0.01, label="initial λ",
-                             info="Stop threshold at the start (AdaEDL default 0.5, max-confidence 0.4); it then "
-                                  "moves with the running acceptance.")
+        c["lam"] = gr.Slider(0.0, 1.0, value=opening_value("lam"), step=0.01, label="initial λ",
+                             info="Stop threshold at the start; choosing a rule sets its own starting λ "
+                                  "(AdaEDL 0.5, max-confidence 0.4). It then moves with the running acceptance.")
         c["ngram"] = gr.Slider(1, 8, value=d.ngram, step=1, label="n-gram (prompt lookup)",
                                info="Longest tail n-gram to look up in the text so far (tries n, n−1, …, 1).")
         c["skip_layers"] = gr.Textbox(label="Layers to skip (layer-skip)", placeholder="e.g. 9,11,13",
                                       info="Comma-separated layer indices; blank = every odd layer in the middle "
                                            "of the stack. Layer 0 always runs.")
     with gr.Accordion("Sampling and length", open=False):
-        c["max_new_tokens"] = gr.Slider(1, 512, value=64, step=1, label="max new tokens", elem_id="sl-max-tokens",
+        c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="max new tokens", elem_id="sl-max-tokens",
                                         info="Stop after this many generated tokens (prompt + this must fit the "
                                              "model's context).")
         c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="temperature",
@@ -121,9 +131,11 @@ def _controls() -> dict:
                                    "same run.")
         c["chat"] = gr.Checkbox(value=d.chat, label="chat template",
                                 info="Wrap the prompt in the model's chat template.")
-        c["live"] = gr.Checkbox(value=True, label="stream every round",
+        c["live"] = gr.Checkbox(value=True, label="stream every round",  # display only, not a DecodeOptions field
                                 info="Draw while decoding (a few updates per second). Untick for cleaner "
                                      "timings: drawing happens inside the timed loop.")
+    for name in DEPENDENT:  # hide what does not apply to the opening method
+        c[name].visible = shown[name]["visible"]
     return c
 
 
@@ -135,12 +147,14 @@ def _outputs(initial: dict) -> dict:
                                    "(click a token to see its round)", color_map=PROVENANCE_COLORS,
                                    show_legend=False, show_inline_category=False, combine_adjacent=False,
                                    elem_id="sl-text", interactive=False)
-    gr.HTML(legend_html())
-    n_rounds = len(initial["state"].rounds) if initial.get("state") is not None else 1
-    o["slider"] = gr.Slider(1, max(n_rounds, 2), value=n_rounds, step=1, label="Round", elem_id="sl-round",
+    o["legend"] = gr.HTML(initial.get("legend", legend_html()), elem_id="sl-legend")
+    trace = initial.get("state")
+    n_rounds = len(trace.rounds) if trace is not None else 1
+    o["slider"] = gr.Slider(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1,
+                            label="Round", elem_id="sl-round",
                             info="Scrub through the rounds: the tree and the rule panel redraw that round.")
     o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round", elem_id="sl-tree")
-    with gr.Row(elem_id="sl-rule-row"):
+    with gr.Row(elem_id="sl-rule-row"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
         o["positions"] = gr.Plot(initial.get("positions"), label="Rule: per drafted position", elem_id="sl-positions")
         o["rounds"] = gr.Plot(initial.get("rounds"), label="Rule: over rounds", elem_id="sl-rounds")
     o["stats"] = gr.HTML(initial.get("stats", ""), elem_id="sl-stats")
@@ -168,7 +182,8 @@ def _with_specials(fn, names) -> None:
 
 def build_demo() -> gr.Blocks:
     recorded = recorded_traces(ASSETS / "traces")
-    first = next(iter(recorded.values()), None)
+    opening = opening_trace(recorded)
+    first = recorded.get(opening)
     initial, first_trace = {}, None
     if first is not None:
         first_trace = read_trace_file(first)
@@ -176,25 +191,30 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="SpecLab: watch speculative decoding think") as demo:
         gr.Markdown(INTRO)
         with gr.Tab("Generate", id="generate"):
-            with gr.Row():
-                with gr.Column(scale=1, min_width=340):
-                    c = _controls()
+            with gr.Row(elem_id="sl-main"):  # a grid: prompt and Run, the result, the options (theme.PAGE_CSS)
+                with gr.Column(scale=1, min_width=320, elem_id="sl-run-col"):
+                    c = _prompt_controls(_opening_prompt(first_trace))
+                # the examples' cell, filled once every control they set exists
+                examples_box = gr.Column(scale=1, min_width=320, elem_id="sl-examples")
+                with gr.Column(scale=2, elem_id="sl-outputs"):
+                    o = _outputs(initial)
+                with gr.Column(scale=1, min_width=320, elem_id="sl-options"):
+                    c.update(_controls())
                     with gr.Accordion("Traces: recorded, upload, download", open=True):
-                        c["recorded"] = gr.Dropdown(list(recorded), value=next(iter(recorded), None),
+                        c["recorded"] = gr.Dropdown(list(recorded), value=opening,
                                                     label="Recorded runs", elem_id="sl-recorded",
                                                     info="Made with the real smollm2-135m; replayed without a model.")
                         c["upload"] = gr.File(label="Load a trace JSON (max 20 MB)", file_types=[".json"],
                                               type="filepath", elem_id="sl-upload")
                         download = gr.DownloadButton("Download this trace (JSON)", value=str(first) if first else None,
                                                      elem_id="sl-download")
-                with gr.Column(scale=2):
-                    o = _outputs(initial)
+                    glossary.build()  # τ, α, c, λ, γ, t(n): tap to open (app/glossary.py)
             examples = example_prompts()
             if examples:
-                gr.Examples([[e["prompt"], e["suggest"]["method"], e["suggest"]["drafter"], e["suggest"]["rule"]]
-                             for e in examples], [c["prompt"], c["method"], c["drafter"], c["rule"]],
-                            example_labels=[f"{e['kind']}: {e['title']}" for e in examples], label="Example prompts")
+                with examples_box:
+                    _examples(examples, c)
         state = gr.State(first_trace)
+        session = gr.State(RunSession())  # this tab's runs, for Stop (app/session.py); per session, server-side
         outs = {**o, "state": state, "download": download}
         out_list = [outs[n] for n in OUTPUTS]
         to_tuple = _as_tuple(OUTPUTS, outs)
@@ -202,20 +222,30 @@ def build_demo() -> gr.Blocks:
 
         n_in = len(handlers.RUN_INPUTS)
 
-        def run_fn(*args):  # (controls..., request, progress): see _with_specials
-            values, request, progress = args[:n_in], args[n_in], args[n_in + 1]
-            for result in handlers.run(*values, progress=progress, session=getattr(request, "session_hash", None)):
-                yield to_tuple(result)
+        def run_fn(*args):  # (controls..., session, request, progress): see _with_specials
+            values, run_session, progress = args[:n_in], args[n_in], args[n_in + 2]
+            results = handlers.run(*values, progress=progress, session=run_session)
+            try:
+                for result in results:
+                    yield to_tuple(result)
+            finally:  # Gradio's cancel closes run_fn; close the run (and the decoder) with it, now
+                results.close()
 
-        _with_specials(run_fn, handlers.RUN_INPUTS)
+        _with_specials(run_fn, handlers.RUN_INPUTS + ("session",))
 
-        def stop_fn(trace, request: gr.Request):
-            return to_tuple(handlers.stop(trace, request.session_hash))
+        def admit_fn(*args):  # the validator runs when Gradio queues the run: Stop can then tell "queued"
+            handlers.admit(args[n_in])
+            return [gr.validate(True, "") for _ in args[:n_in + 1]]
+
+        def stop_fn(trace, run_session):
+            return to_tuple(handlers.stop(trace, run_session))
 
         # concurrency_id "decode", limit 1: one generation at a time (see handlers.DECODE_LOCK for why).
-        run_ev = c["run_btn"].click(run_fn, inputs, out_list, concurrency_limit=1, concurrency_id="decode",
-                                    api_name="run")
-        c["stop_btn"].click(stop_fn, [state], out_list, cancels=[run_ev], api_name="stop")
+        c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
+                           concurrency_id="decode", api_name="run", validator=admit_fn)
+        # The one cancel path is the session (app/session.py): no `cancels=[run]`, which the page never sends in
+        # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
+        c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
         round_list = [outs[n] for n in ROUND_OUTPUTS]
         o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
                           [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
@@ -229,29 +259,71 @@ def build_demo() -> gr.Blocks:
         c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
         c["recorded"].input(lambda name: to_tuple(handlers.load_trace(recorded.get(name), "recorded")),
                             [c["recorded"]], out_list, api_name="load_recorded")
-        c["rule"].input(lambda r: 0.4 if r == "max-confidence" else gr.skip(), [c["rule"]], [c["lam"]])
+        _wire_dependent_controls(c, demo)
         with gr.Tab("Race", id="race"):
             _race_tab(c)
+        with gr.Tab("Beams", id="beams"):
+            from . import beams_tab  # the tab's own module (app/beams_tab.py)
+
+            beams_tab.build()
+        with gr.Tab("Whisper", id="whisper"):
+            whisper_tab.build()
+            glossary.build()
+        with gr.Tab("Learn", id="learn"):
+            teach.build(c)
+        with gr.Tab("Claims", id="claims"):
+            claims.build()
     return demo
+
+
+def _examples(examples: list[dict], c: dict) -> None:
+    """Example prompts; a click sets every control the example needs, with the choices that admit its values."""
+    picker = gr.Dataset(components=[c["prompt"]], samples=[[e["prompt"]] for e in examples], type="index",
+                        sample_labels=[f"{e['kind']}: {e['title']}" for e in examples], label="Example prompts",
+                        elem_id="sl-example-list")
+
+    def apply(index):
+        states = example_states(examples[int(index)])
+        return tuple(gr.update(**states[name]) for name in EXAMPLE_CONTROLS)
+
+    picker.click(apply, [picker], [c[n] for n in EXAMPLE_CONTROLS], queue=False, show_progress="hidden")
+
+
+def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
+    """Choices and visibility follow model, method, drafter, rule and temperature (app/controls.py), from page load
+    on; the λ slider follows the rule. `.change` also fires when an example or another update sets a value."""
+    deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model")]
+
+    def adjust(model, method, drafter, rule, temperature, draft_model):
+        states = control_states(model, method, drafter, rule, temperature, draft_model)
+        return tuple(gr.update(**states[name]) for name in DEPENDENT)
+
+    demo.load(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
+    for name in ("model", "method", "drafter", "rule", "temperature"):
+        c[name].change(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
+    c["rule"].change(lambda rule: gr.skip() if lam_for(rule) is None else lam_for(rule), [c["rule"]], [c["lam"]],
+                     queue=False, show_progress="hidden")
 
 
 def _race_tab(c: dict) -> None:
     gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
                 "after a short warm-up and with recording off. Uses the prompt, model, number format, draft model "
                 "and sampling settings from the Generate tab.")
-    with gr.Row():
+    with gr.Row(elem_id="sl-race-setup"):  # wraps on a narrow screen (theme.PAGE_CSS)
         methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
                                    elem_id="sl-race-methods",
                                    info="Draft-model methods need a target with a draft pairing "
                                         "(qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab.")
-        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)",
+        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
                                 info="Tokens per run; every method runs twice (warm-up + timed).")
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
     r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
          "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
-    with gr.Row():
+    with gr.Row(elem_id="sl-race-plots"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
         r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
         r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
+    r["race_verdicts"] = gr.Markdown("", elem_id="sl-race-verdicts")  # one sentence per method (app/verdicts.py)
+    glossary.build()
     to_tuple = _as_tuple(race.RACE_OUTPUTS, r)
     inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
 
@@ -267,4 +339,4 @@ def _race_tab(c: dict) -> None:
 
 def launch_kwargs() -> dict:
     """What app.py and the tests pass to launch() (Gradio 6 takes css/theme there, not in Blocks)."""
-    return {"css": CSS, "theme": gr.themes.Soft(), "max_file_size": "50mb"}
+    return {"css": CSS, "js": PAGE_JS, "theme": gr.themes.Soft(), "max_file_size": "50mb"}

@@ -10,13 +10,15 @@ from decoders.trace import Trace
 
 from .render_rule import positions_figure, rounds_figure
 from .render_stats import stats_figure, stats_html
-from .render_text import provenance_spans
+from .render_text import legend_html, provenance_spans
 from .render_tree import tree_figure
 
 # The Generate tab's outputs, in the order every handler returns them (ui.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
-           "download")
-ROUND_OUTPUTS = ("tree", "positions", "rounds")
+           "download", "legend")
+ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
+# The recorded run the page opens on: prompt lookup copying code, where drafting visibly pays off.
+OPENING_TRACE = "lookup-code-edit.json"
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 
@@ -26,8 +28,17 @@ def error_html(message: str) -> str:
 
 
 def round_views(trace: Trace, index: int | None) -> dict:
+    """The views of one round (default: the last); the legend outlines that round's tokens in the text."""
+    if trace.rounds:
+        index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
     return {"tree": tree_figure(trace, index), "positions": positions_figure(trace, index),
-            "rounds": rounds_figure(trace, index)}
+            "rounds": rounds_figure(trace, index), "legend": legend_html(trace, index if trace.rounds else None)}
+
+
+def shown_round(trace: Trace) -> int:
+    """The round a trace is shown on (0-based), for every view and the slider alike: the latest while running,
+    an interesting one once finished."""
+    return interesting_round(trace) if trace.stop_reason else max(len(trace.rounds) - 1, 0)
 
 
 def interesting_round(trace: Trace) -> int:
@@ -46,7 +57,7 @@ def full_views(trace: Trace, index: int | None = None, status: str = "", with_st
     """Values for every output except 'download' (callers add it when a file exists). Default round: the
     latest while running, an interesting one once finished."""
     if index is None:
-        index = interesting_round(trace) if trace.stop_reason else max(len(trace.rounds) - 1, 0)
+        index = shown_round(trace)
     views = {"status": status, "error": "", "text": provenance_spans(trace), "stats": stats_html(trace),
              "state": trace, "slider": slider_update(len(trace.rounds), index), **round_views(trace, index)}
     if with_stats_plot:
@@ -91,6 +102,11 @@ def read_trace_file(path: str | Path) -> Trace:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as err:  # fields of the wrong type
         raise TraceError(f"the file does not match the trace format ({type(err).__name__}: {err})") from None
+
+
+def opening_trace(recorded: dict[str, Path]) -> str | None:
+    """The display name of the recorded run the page opens on (OPENING_TRACE, else the first one)."""
+    return next((name for name, path in recorded.items() if path.name == OPENING_TRACE), next(iter(recorded), None))
 
 
 def recorded_traces(folder: Path) -> dict[str, Path]:

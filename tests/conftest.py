@@ -32,3 +32,22 @@ def drafts(tiny):
     from tiny import noisy_copy, tiny_llama
 
     return {"same": tiny, "noisy": noisy_copy(tiny, noise=0.02), "unrelated": tiny_llama(seed=7, layers=2)}
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_holding_the_decode_lock():
+    """A test that fails with a run generator still open leaves app.handlers.DECODE_LOCK held, and every later run
+    in the session would wait for it forever (a 90-minute CI hang instead of one failure). Fail that test instead
+    and free the lock for the rest."""
+    yield
+    handlers = sys.modules.get("app.handlers")
+    lock = getattr(handlers, "DECODE_LOCK", None)
+    if lock is not None and lock.locked() and not _app_server_running():
+        lock.release()
+        pytest.fail("the test left a decode run open (app.handlers.DECODE_LOCK held); close the run generator")
+
+
+def _app_server_running() -> bool:
+    """A launched demo (tests/app_server.py) may still be finishing a run in its own thread: leave its lock alone."""
+    server = sys.modules.get("app_server")
+    return bool(server and getattr(server, "RUNNING", 0))

@@ -1,11 +1,14 @@
 """Bad input gets a visible message, never a traceback or a hang (handlers called directly, tiny models)."""
 from __future__ import annotations
 
+import re
+
 import json
 
 import pytest
 
 from app import handlers, race
+from app.session import RunSession
 from app.views import MAX_TRACE_BYTES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request just warns
@@ -51,7 +54,8 @@ def test_empty_prompt():
 
 
 def test_prompt_longer_than_the_context(tiny_models):
-    assert_error(run_all(prompt="x" * 400), "exceeds", "context")
+    error = assert_error(run_all(prompt="x" * 400), "the prompt is ", "context is 256 tokens", "cut at least")
+    assert "at most 0" not in error
 
 
 @pytest.mark.parametrize("tokens", [0, 5000, 2.5])
@@ -73,7 +77,14 @@ def test_layer_zero_cannot_be_skipped():
 
 def test_out_of_range_sampling_values():
     assert_error(run_all(temperature=9.0), "temperature")
-    assert_error(run_all(top_p=0.0), "top_p")
+    assert_error(run_all(top_p=0.0, temperature=1.0), "top_p")
+
+
+def test_controls_that_do_not_apply_are_ignored():
+    """A hidden control's value (top-p under greedy, a draft model under layer skip) cannot break a run."""
+    options = handlers.options_from(dict(zip(handlers.RUN_INPUTS, controls(
+        top_p=0.0, temperature=0.0, drafter="layer-skip", draft_model="no-such-model", ngram=99, gamma=0))))
+    assert options.top_p == 1.0 and options.draft_model is None and options.ngram == 3 and options.gamma == 4
 
 
 def test_model_that_fails_to_load():
@@ -99,44 +110,116 @@ def test_good_run_streams_and_offers_the_trace(tiny_models):
     assert len(final["text"]) == len(final["state"].tokens)
 
 
-def test_stop_closes_the_decoder(tiny_models):
-    run = handlers.run(*controls(max_new_tokens=200, live=True), progress=lambda *a, **k: None)
-    seen = None
+@pytest.fixture
+def released(monkeypatch):
+    """Counts CachedModel.release calls: the loop's `finally` frees the KV caches through it."""
+    from decoders.runner import CachedModel
+
+    calls = []
+    original = CachedModel.release
+
+    def spy(self):
+        calls.append(self)
+        return original(self)
+
+    monkeypatch.setattr(CachedModel, "release", spy)
+    return calls
+
+
+def first_round(run) -> object:
     for result in run:
         if "state" in result:
-            seen = result["state"]
-            break
-    assert seen is not None and not seen.stop_reason
-    assert handlers.DECODE_LOCK.locked()  # still decoding
-    run.close()  # what Gradio does when Stop cancels the event
-    assert not handlers.DECODE_LOCK.locked()  # the decode generator's finally ran
-    views = handlers.stop(seen)
-    assert views["state"].stop_reason == "cancelled" and "Stopped" in views["status"]
+            return result["state"]
+    raise AssertionError("the run ended before its first round")
 
 
-def test_stop_button_flags_the_run_which_shows_the_partial_trace(tiny_models, monkeypatch):
-    """Stop during a live run (as the browser does): the run closes the decoder and its last view says so."""
+def test_closing_the_run_frees_the_caches(tiny_models, released, monkeypatch):
+    """An API client's cancel closes the run generator: the decoder's finally must run, now."""
+    monkeypatch.setattr(handlers, "STREAM_EVERY", 0.0)  # a first view before the end, however fast the machine
+    session = RunSession()
+    run = handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session=session)
+    seen = first_round(run)
+    assert not seen.stop_reason and handlers.DECODE_LOCK.locked() and not released
+    run.close()  # what Gradio does to a running event when Stop cancels it
+    assert len(released) == 2 and not handlers.DECODE_LOCK.locked()  # the target's and the draft's caches
+    assert not session.running and session.idle.is_set()
+    views = handlers.stop(seen, session)
+    assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
+    assert views["download"].endswith(".json") and len(views["state"].output_ids) < 200
+
+
+def test_stop_while_queued_says_the_queued_run_was_cancelled():
+    """The run was accepted into the queue (Gradio called admit) but never began: Stop says so."""
+    session = RunSession()
+    handlers.admit(session)
+    assert handlers.stop(None, session)["status"] == "Cancelled your queued run; nothing had started."
+    assert handlers.stop(None, session)["status"].startswith("Nothing to stop")  # said once, not forever
+
+
+def test_stop_after_the_run_finished(tiny_models):
+    session = RunSession()
+    handlers.admit(session)
+    results = list(handlers.run(*controls(max_new_tokens=8), progress=lambda *a, **k: None, session=session))
+    assert results[-1]["state"].stop_reason == "max_new_tokens"
+    assert handlers.stop(results[-1]["state"], session)["status"] == \
+        "Nothing to stop: the last run had already finished."
+
+
+def test_stop_waits_for_the_run_to_close_and_shows_its_last_round(tiny_models, monkeypatch):
+    """Stop can start while Gradio is still closing the run: it waits, then shows the partial trace."""
     import threading
 
-    monkeypatch.setattr(handlers, "STREAM_EVERY", 0.0)  # an update every round: tiny models finish in a blink
+    monkeypatch.setattr(handlers, "STREAM_EVERY", 0.0)
+    session = RunSession()
+    run = handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session=session)
+    first_round(run)
+    closer = threading.Timer(0.3, run.close)  # Gradio's cancel arriving a moment after the Stop handler began
+    closer.start()
+    views = handlers.stop(None, session)
+    closer.join()
+    assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
+    assert not handlers.DECODE_LOCK.locked()
 
-    outputs, started = [], threading.Event()
 
-    def consume():
-        for result in handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session="s1"):
-            outputs.append(result)
-            if "state" in result:
-                started.set()
+def test_stop_from_the_page_ends_a_running_run_that_nobody_closes(tiny_models, monkeypatch):
+    """The page's Stop reaches the run only through the session (Gradio 6.31's page posts no /cancel): the run,
+    still iterated by Gradio's worker, returns at its next round and Stop shows it stopped."""
+    import threading
 
-    worker = threading.Thread(target=consume)
+    monkeypatch.setattr(handlers, "STREAM_EVERY", 0.0)
+    session = RunSession()
+    handlers.admit(session)
+    seen = []
+    run = handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session=session)
+    first_round(run)
+    worker = threading.Thread(target=lambda: seen.extend(run))  # Gradio's worker draining the generator
     worker.start()
-    assert started.wait(60)
-    views = handlers.stop(None, session="s1")
-    worker.join(30)
-    assert not worker.is_alive() and not handlers.DECODE_LOCK.locked()
-    assert outputs[-1]["state"].stop_reason == "cancelled" and outputs[-1]["status"].startswith("Stopped")
-    assert views["state"].stop_reason == "cancelled" and views["download"].endswith(".json")
-    assert len(views["state"].output_ids) < 200
+    views = handlers.stop(None, session)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
+    assert len(views["state"].output_ids) < 200 and not handlers.DECODE_LOCK.locked()
+    shown = [r["state"] for r in seen if r.get("state")]
+    assert shown[-1].stop_reason == "cancelled"  # the run's own last view says it stopped (Stop may give up waiting)
+    assert not any(t.stop_reason for t in shown[:-1])
+
+
+def test_a_run_that_begins_after_a_stop_in_the_queue_does_not_decode(tiny_models):
+    session = RunSession()
+    handlers.admit(session)
+    assert handlers.stop(None, session)["status"] == "Cancelled your queued run; nothing had started."
+    skipped = list(handlers.run(*controls(max_new_tokens=8), progress=lambda *a, **k: None, session=session))
+    assert len(skipped) == 1 and skipped[0]["status"].startswith("Cancelled: Stop was pressed while this run waited")
+    handlers.admit(session)  # the next Run is not affected
+    results = list(handlers.run(*controls(max_new_tokens=8), progress=lambda *a, **k: None, session=session))
+    assert results[-1]["state"].stop_reason == "max_new_tokens"
+
+
+def test_run_without_live_drawing_still_hands_gradio_updates(tiny_models, monkeypatch):
+    """With live drawing off the run yields no-op updates, so Gradio can close it between them (Stop)."""
+    monkeypatch.setattr(handlers, "STOP_POLL", 0.0)
+    results = run_all(max_new_tokens=30, live=False)
+    assert {} in results and results[-1]["state"].stop_reason == "max_new_tokens"
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -144,6 +227,7 @@ def test_stop_button_flags_the_run_which_shows_the_partial_trace(tiny_models, mo
     (b'{"schema_version": 1}', "missing field"),
     (b'{"schema_version": 99}', "schema version"),
     (b"[1, 2, 3]", "JSON object"),
+    (b'{"foo": 1}', "not a SpecLab trace"),
     (b"\xff\xfe\x00binary", "UTF-8"),
 ])
 def test_malformed_trace_file(tmp_path, content, needle):
@@ -160,6 +244,12 @@ def test_trace_with_wrong_value_types(tmp_path, tiny_models):
     path = tmp_path / "wrong.json"
     path.write_text(json.dumps(data))
     assert "error" in handlers.load_trace(str(path))
+
+
+def test_replay_status_uses_the_right_article(tmp_path, tiny_models):
+    final = run_all(max_new_tokens=6)[-1]
+    assert handlers.load_trace(final["download"])["status"].startswith("Replaying an uploaded trace")
+    assert handlers.load_trace(final["download"], "recorded")["status"].startswith("Replaying a recorded trace")
 
 
 def test_trace_file_too_large(tmp_path):
@@ -196,20 +286,74 @@ def test_race_runs_on_tiny_models(tiny_models):
     final = results[-1]
     assert not final.get("race_error")
     assert final["race_table"].count("<tr>") == 4  # header + baseline + 2 methods
-    assert "yes" in final["race_table"]  # greedy float32: identical to the baseline
+    assert final["race_table"].count("<td>yes</td>") == 2  # greedy float32: both identical to the baseline
+    status = final["race_status"]
+    assert f"median of {race.TIMED_RUNS} timed runs" in status and "temperature 0 (greedy)" in status
+    assert "“abcabcabcabc”" in status and "float32" in status
+
+
+def test_race_times_each_method_several_times_and_shows_the_median_and_range(tiny_models, monkeypatch):
+    import decoders.api
+
+    calls = []
+    real = decoders.api.generate
+    monkeypatch.setattr(decoders.api, "generate", lambda *a, **k: (calls.append(a[0].max_new_tokens), real(*a, **k))[1])
+    values = {"prompt": "abcabcabcabc", "model": "tiny", "dtype": "float32", "draft_model": handlers.DEFAULT_DRAFT,
+              "methods": ["prompt lookup · static γ=4"], "max_new_tokens": 16, "temperature": 0.0, "seed": 0}
+    final = list(race.race(*[values[n] for n in race.RACE_INPUTS], progress=lambda *a, **k: None))[-1]
+    assert calls == ([race.WARMUP_TOKENS] + [16] * race.TIMED_RUNS) * 2  # baseline, then the method
+    rows = final["race_table"].split("<tr>")[2:]
+    assert len(rows) == 2 and all(re.search(r"<td>[\d.]+ \([\d.]+–[\d.]+\)</td>", row) for row in rows)
 
 
 def test_model_loading_progress_is_forwarded(monkeypatch):
-    """decoders.models.load_model reports progress as strings; the handler turns them into progress updates."""
+    """decoders.models.load_model reports progress as strings; the handler turns them into a moving bar."""
     models = pytest.importorskip("decoders.models")
     seen = []
 
     def fake_load_model(name, dtype="auto", device="auto", progress=None):
-        progress("converting weights…")
-        progress("ready")
+        progress("converting model.gguf to float32 safetensors (first load only, up to a minute)…")
+        progress("saving converted copy to /tmp/x…")
+        progress("something new")
+        progress("ready (gguf)")
         return object()
 
     monkeypatch.setattr(models, "load_model", fake_load_model)
     options = handlers.options_from({"model": "smollm2-135m", "method": "baseline"})
     handlers.load("smollm2-135m", options, lambda fraction, message: seen.append((fraction, message)))
-    assert seen == [(None, "smollm2-135m: converting weights…"), (None, "smollm2-135m: ready")]
+    assert [f for f, _ in seen] == [0.2, 0.8, None, 1.0]  # None: an unknown step shows a spinner
+    assert seen[-1][1] == "smollm2-135m: ready (gguf)"
+
+
+def test_a_loader_fraction_wins_over_the_phase_table(monkeypatch):
+    models = pytest.importorskip("decoders.models")
+    seen = []
+    monkeypatch.setattr(models, "load_model", lambda name, dtype, device, progress: progress(0.42, "converting"))
+    handlers.load("smollm2-135m", handlers.options_from({}), lambda fraction, message: seen.append(fraction))
+    assert seen == [0.42]
+
+
+def test_the_prompt_phase_is_announced_with_its_token_count(tiny_models):
+    results = run_all(prompt="abcdefgh", chat=False, max_new_tokens=4, method="baseline")
+    statuses = [r.get("status", "") for r in results]
+    phase = next(i for i, s in enumerate(statuses) if s.startswith("Processing the prompt (8 tokens)"))
+    first_round_at = next(i for i, r in enumerate(results) if "state" in r)
+    assert phase < first_round_at and "float32" in statuses[phase]
+    assert "(float32)" in results[-1]["status"]  # the dtype the run used, next to its result
+
+
+def test_finished_runs_say_which_dtype_and_why(tiny_models, monkeypatch):
+    """Generate's status and the Race's say the dtype a run used, and for dtype auto the loader's reason."""
+    import torch
+
+    models = pytest.importorskip("decoders.models")
+    from decoders.dtype_choice import DtypeDecision
+
+    monkeypatch.setattr(models, "dtype_decision", lambda device="auto": DtypeDecision(torch.float32, "a test said so"))
+    final = run_all(dtype="auto", max_new_tokens=6)[-1]
+    assert "(float32: auto chose it because a test said so)" in final["status"]
+    assert "because" not in run_all(dtype="float32", max_new_tokens=6)[-1]["status"]
+    values = {"prompt": "abcabc", "model": "tiny", "dtype": "auto", "draft_model": handlers.DEFAULT_DRAFT,
+              "methods": ["prompt lookup · static γ=4"], "max_new_tokens": 6, "temperature": 0.0, "seed": 0}
+    raced = list(race.race(*[values[n] for n in race.RACE_INPUTS], progress=lambda *a, **k: None))[-1]
+    assert " · float32: auto chose it because a test said so · " in raced["race_status"]
