@@ -89,7 +89,7 @@ def _controls() -> dict:
     with gr.Accordion("Speculation", open=True):
         # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
         # values against the choices a component was built with, so narrow ones would refuse valid API runs.
-        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="Drafter",
+        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="Drafter", elem_id="sl-drafter",
                                 info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
                                      "followed the same n-gram earlier in the text. layer-skip: the target itself "
                                      "with some layers skipped.")
@@ -97,7 +97,7 @@ def _controls() -> dict:
                                        label="Draft model", allow_custom_value=not registry_only(),
                                        info="Only for the draft-model drafter; must share the target's vocabulary "
                                             "(qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b).")
-        c["rule"] = gr.Radio(list(RULES), value=d.rule,
+        c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule",
                              label="Draft-length rule",
                              info="static: always γ tokens. heuristic: +2 after a full accept, −1 otherwise. "
                                   "max-confidence: stop when the draft's top probability < λ. AdaEDL: stop when "
@@ -291,7 +291,11 @@ def _examples(examples: list[dict], c: dict) -> None:
 
 def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
     """Choices and visibility follow model, method, drafter, rule and temperature (app/controls.py), from page load
-    on; the λ slider follows the rule. `.change` also fires when an example or another update sets a value."""
+    on; the λ slider follows the rule.
+
+    Only a visitor's own edits (`.input`) re-adjust. Examples and lessons set every control at once with its choices
+    (controls.example_states); a `.change` handler would fire once per control they set, some while the others
+    still held their old values, and a late reply computed from that mix undid the example (seen in CI)."""
     deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model")]
 
     def adjust(model, method, drafter, rule, temperature, draft_model):
@@ -300,9 +304,9 @@ def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
 
     demo.load(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
     for name in ("model", "method", "drafter", "rule", "temperature"):
-        c[name].change(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
-    c["rule"].change(lambda rule: gr.skip() if lam_for(rule) is None else lam_for(rule), [c["rule"]], [c["lam"]],
-                     queue=False, show_progress="hidden")
+        c[name].input(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
+    c["rule"].input(lambda rule: gr.skip() if lam_for(rule) is None else lam_for(rule), [c["rule"]], [c["lam"]],
+                    queue=False, show_progress="hidden")
 
 
 def _race_tab(c: dict) -> None:

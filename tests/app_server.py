@@ -29,3 +29,17 @@ def launched_demo():
     finally:
         RUNNING -= 1
         demo.close()
+
+
+def wait_for_opening_controls(page, timeout_ms: int = 120_000) -> None:
+    """Wait until the page-load event has narrowed the Generate radios to the opening run's choices.
+
+    The radios are built with every choice and narrowed on load (app/ui.py); on a busy machine that reply can come
+    after the page is drawn, and a click before it races it (the late reply would narrow the choices again)."""
+    from app.controls import OPENING, control_states
+
+    states = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
+    expected = {"drafter": list(states["drafter"]["choices"]), "rule": list(states["rule"]["choices"])}
+    page.wait_for_function(
+        "(e) => ['drafter', 'rule'].every(n => JSON.stringify([...document.querySelectorAll(`#sl-${n} input`)]"
+        ".map(i => i.value)) === JSON.stringify(e[n]))", arg=expected, timeout=timeout_ms)

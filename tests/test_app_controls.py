@@ -155,3 +155,17 @@ def test_the_page_shows_the_opening_values():
     assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"]
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
+
+
+def test_only_a_visitors_own_edits_readjust_the_dependent_controls():
+    """An example sets model, drafter and rule in one update; `.change` handlers fired once per control, some with
+    the others' old values, and a late reply put the drafter back to prompt lookup (CI, stop 15)."""
+    from app.ui import build_demo
+
+    config = build_demo().get_config_file()
+    ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
+    deciders = {ids["sl-model"], ids["sl-drafter"], ids["sl-rule"]}
+    readjusting = [d for d in config["dependencies"] if ids["sl-drafter"] in d["outputs"]
+                   and any(target in deciders for target, _ in d["targets"])]
+    assert readjusting  # the wiring is still there ...
+    assert {event for d in readjusting for target, event in d["targets"] if target in deciders} == {"input"}  # ... on input

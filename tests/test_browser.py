@@ -22,7 +22,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi."
 
-from app_server import launched_demo  # noqa: E402
+from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
 
 from app.theme import PROVENANCE_COLORS, rgba  # noqa: E402
 
@@ -55,6 +55,7 @@ def page(playwright, url):
     page = context.new_page()
     page.set_default_timeout(120_000)
     page.goto(url)
+    wait_for_opening_controls(page)
     yield page
     context.close()
     shutil.rmtree(profile, ignore_errors=True)
@@ -232,6 +233,7 @@ def opened(request, playwright, url):
     page = browser.new_page(viewport=WIDTHS[request.param])
     page.set_default_timeout(60_000)
     page.goto(url)
+    wait_for_opening_controls(page)
     page.wait_for_selector("#sl-tree .js-plotly-plot")
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot[aria-label]').length >= 4")
     shot(page, f"after-generate-{request.param}", publish=True, full_page=True)

@@ -15,7 +15,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-from app_server import launched_demo  # noqa: E402
+from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -49,6 +49,7 @@ def page(browser_context, url):
     page.set_default_timeout(60_000)
     page.goto(url)
     page.locator("#sl-run").wait_for()
+    wait_for_opening_controls(page)
     yield page
     page.close()
 

@@ -18,7 +18,7 @@ DOCS = ROOT / "docs" / "screenshots"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-from app_server import launched_demo  # noqa: E402
+from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
 
 from app import teach  # noqa: E402
 
@@ -48,6 +48,7 @@ def page():
             page = context.new_page()
             page.set_default_timeout(60_000)
             page.goto(url)
+            wait_for_opening_controls(page)
             yield page
             context.close()
             shutil.rmtree(profile, ignore_errors=True)
