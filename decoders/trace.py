@@ -55,6 +55,27 @@ class TraceError(ValueError):
     """A trace file that does not match the schema."""
 
 
+class JsonTrace:
+    """What every trace family (chain, beam, Whisper) shares: plain-dict and JSON round trips. A family sets
+    `error` to its own ValueError subclass and writes `from_dict` (its schema checks); bad JSON is one line."""
+
+    error: type[ValueError] = TraceError  # class attribute, not a dataclass field (subclasses assign it bare)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise cls.error(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+        return cls.from_dict(data)
+
+
 @dataclass
 class NodeRecord:
     id: int
@@ -96,7 +117,7 @@ class RoundRecord:
 
 
 @dataclass
-class Trace:
+class Trace(JsonTrace):
     method: str
     label: str
     options: dict
@@ -113,12 +134,6 @@ class Trace:
     decode_seconds: float = 0.0
     totals: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trace":
@@ -137,14 +152,6 @@ class Trace:
         trace = cls(**body)
         _check_consistency(trace)
         return trace
-
-    @classmethod
-    def from_json(cls, text: str) -> "Trace":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
-        return cls.from_dict(data)
 
 
 def _round_from_dict(data: dict) -> RoundRecord:

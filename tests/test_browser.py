@@ -7,29 +7,15 @@ docs/screenshots/.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
+from app_server import launched_demo, wait_for_opening_controls
+from chromium import ARGS, CHROMIUM, MARKS, ROOT, persistent_context, shot, sync_api
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("SPECLAB_ARTIFACTS", ROOT / "artifacts" / "browser"))
-DOCS = ROOT / "docs" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from app.theme import PROVENANCE_COLORS, rgba
+
 PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi."
 
-from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
-
-from app.theme import PROVENANCE_COLORS, rgba  # noqa: E402
-
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+pytestmark = [pytest.mark.slow, *MARKS]
 
 
 @pytest.fixture(scope="module")
@@ -41,44 +27,18 @@ def url():
 @pytest.fixture(scope="module")
 def playwright():
     """One Playwright driver for the module: a second sync_playwright() inside a live one is refused."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
-    with sync_api.sync_playwright() as pw:
+    with sync_api().sync_playwright() as pw:
         yield pw
 
 
 @pytest.fixture(scope="module")
 def page(playwright, url):
-    profile = tempfile.mkdtemp(prefix="speclab-chromium-")
-    context = playwright.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
-                                                            headless=True, viewport={"width": 1440, "height": 1100})
-    page = context.new_page()
-    page.set_default_timeout(120_000)
-    page.goto(url)
-    wait_for_opening_controls(page)
-    yield page
-    context.close()
-    shutil.rmtree(profile, ignore_errors=True)
-
-
-def dismiss_toasts(page) -> None:
-    page.evaluate("document.querySelectorAll('button.toast-close').forEach(b => b.click())")
-    page.wait_for_timeout(300)
-
-
-def shot(page, name: str, selector: str | None = None, publish: bool = False, full_page: bool = False) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    if publish:
-        dismiss_toasts(page)
-    path = ARTIFACTS / f"{name}.png"
-    if selector:
-        page.locator(selector).screenshot(path=str(path))
-    else:
-        page.screenshot(path=str(path), full_page=full_page)
-    if publish and os.environ.get("SPECLAB_UPDATE_SCREENSHOTS"):
-        DOCS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, DOCS / path.name)
-    return path
+    with persistent_context(playwright, 1440, 1100) as context:
+        page = context.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(url)
+        wait_for_opening_controls(page)
+        yield page
 
 
 def plot_title(page, elem: str) -> str:

@@ -4,23 +4,11 @@ Debian's headless Chromium driven by Playwright, as tests/test_browser.py. No mo
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
+from app_server import launched_demo, wait_for_opening_controls
+from chromium import MARKS, persistent_context, sync_api
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
-
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +19,8 @@ def url():
 
 @pytest.fixture(scope="module")
 def browser_context():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
-    profile = tempfile.mkdtemp(prefix="speclab-chromium-")
-    with sync_api.sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
-                                                        headless=True, viewport={"width": 1280, "height": 800})
+    with sync_api().sync_playwright() as pw, persistent_context(pw, 1280, 800) as context:
         yield context
-        context.close()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,28 +4,13 @@ the walkthrough opens, every ready lesson draws its picture from its recorded tr
 also copied to docs/screenshots/ (learn-*.png, claims.png)."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
+from app_server import launched_demo, wait_for_opening_controls
+from chromium import MARKS, persistent_context, shot, sync_api
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("SPECLAB_ARTIFACTS", ROOT / "artifacts" / "browser"))
-DOCS = ROOT / "docs" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from app import teach
 
-from app_server import launched_demo, wait_for_opening_controls  # noqa: E402
-
-from app import teach  # noqa: E402
-
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning"),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+pytestmark = [pytest.mark.slow, *MARKS]
 
 LOADS: list[str] = []  # model loads attempted while the page was driven (the lessons must make none)
 
@@ -34,33 +19,18 @@ LOADS: list[str] = []  # model loads attempted while the page was driven (the le
 def page():
     import decoders.models
 
-    sync_api = pytest.importorskip("playwright.sync_api")
-    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    api = sync_api()
     with pytest.MonkeyPatch.context() as patch:
         def refuse(name, *args, **kwargs):
             LOADS.append(name)
             raise RuntimeError("the Learn tab must not load a model")
         patch.setattr(decoders.models, "load_model", refuse)
-        with launched_demo() as url, sync_api.sync_playwright() as pw:
-            profile = tempfile.mkdtemp(prefix="speclab-chromium-")
-            context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
-                                                            headless=True, viewport={"width": 1280, "height": 1000})
+        with launched_demo() as url, api.sync_playwright() as pw, persistent_context(pw, 1280, 1000) as context:
             page = context.new_page()
             page.set_default_timeout(60_000)
             page.goto(url)
             wait_for_opening_controls(page)
             yield page
-            context.close()
-            shutil.rmtree(profile, ignore_errors=True)
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    if os.environ.get("SPECLAB_UPDATE_SCREENSHOTS") == "1":
-        DOCS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, DOCS / path.name)
 
 
 def _tab_name(lesson) -> str:
@@ -76,7 +46,7 @@ def test_every_lesson_draws_its_picture_without_a_model(page):
         if not lesson.coming:
             assert panel.locator(".js-plotly-plot .main-svg").count() > 0
         if lesson.title.startswith(("2.", "3.", "8.")):
-            shot(page, "learn-" + lesson.figure + "-" + lesson.title.split(".")[0])
+            shot(page, "learn-" + lesson.figure + "-" + lesson.title.split(".")[0], publish=True, full_page=True)
     assert LOADS == []
 
 
@@ -102,7 +72,7 @@ def test_the_claims_tab_shows_the_table(page):
     assert claims.locator("table tr").count() > 5
     text = claims.inner_text()
     assert "Leviathan" in text and "coming: " in text and "not measured" in text
-    shot(page, "claims")
+    shot(page, "claims", publish=True, full_page=True)
 
 
 def test_the_explainer_samples_1000_times_through_the_core(page):
@@ -111,7 +81,7 @@ def test_the_explainer_samples_1000_times_through_the_core(page):
     page.get_by_role("button", name="Sample 1,000 times").click()
     page.get_by_text("1000 draws through the verification core").wait_for(state="visible")
     page.get_by_text("sampled (1000 draws)").first.wait_for(state="visible")  # the histogram's legend entry
-    shot(page, "explainer-1000")
+    shot(page, "explainer-1000", publish=True, full_page=True)
 
 
 @pytest.mark.parametrize("tab", ["Generate", "Race", "Whisper", "Learn", "Claims"])

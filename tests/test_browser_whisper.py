@@ -4,38 +4,25 @@ Screenshots go to artifacts/browser/ (SPECLAB_UPDATE_SCREENSHOTS=1 also copies t
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
 
 pytest.importorskip("whisper")
 
 from app_server import launched_demo  # noqa: E402
-from test_browser import ARGS, CHROMIUM, shot  # noqa: E402
+from chromium import MARKS, persistent_context, shot, sync_api  # noqa: E402
 from whisper_helpers import AUDIO, CLIPS, SHORT_CLIPS  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+pytestmark = [pytest.mark.slow, *MARKS]
 
 
 @pytest.fixture(scope="module")
 def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
-    profile = tempfile.mkdtemp(prefix="speclab-chromium-")
-    with launched_demo() as url, sync_api.sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS,
-                                                        headless=True, viewport={"width": 1440, "height": 1100})
+    with launched_demo() as url, sync_api().sync_playwright() as pw, persistent_context(pw, 1440, 1100) as context:
         page = context.new_page()
         page.set_default_timeout(180_000)
         page.goto(url)
         page.get_by_role("tab", name="Whisper").click()
         yield page
-        context.close()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 def choose_decoders(page, wanted: set[str]) -> None:

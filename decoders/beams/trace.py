@@ -32,7 +32,9 @@ Iteration
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+
+from ..trace import JsonTrace, Trace
 
 SCHEMA_VERSION = 2
 FAMILY = "beams"
@@ -44,7 +46,7 @@ class BeamTraceError(ValueError):
 
 
 @dataclass
-class BeamTrace:
+class BeamTrace(JsonTrace):
     method: str
     label: str
     options: dict
@@ -62,11 +64,7 @@ class BeamTrace:
     family: str = FAMILY
     schema_version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+    error = BeamTraceError
 
     @classmethod
     def from_dict(cls, data: dict) -> "BeamTrace":
@@ -83,13 +81,6 @@ class BeamTrace:
         trace = cls(**{k: v for k, v in data.items() if k in names})
         check(trace)
         return trace
-
-    @classmethod
-    def from_json(cls, text: str) -> "BeamTrace":
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as err:
-            raise BeamTraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
 
 
 def check(trace: BeamTrace) -> None:
@@ -122,6 +113,4 @@ def load_any(text: str):
         raise BeamTraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
     if isinstance(data, dict) and data.get("family") == FAMILY:
         return BeamTrace.from_dict(data)
-    from ..trace import Trace
-
     return Trace.from_dict(data)

@@ -14,7 +14,8 @@ import torch
 from .. import cache as kv
 from ..eagle.head import EagleHead
 from .base import Drafter, Proposal
-from .tree_draft import PoolNode, TreeShape, build_tree, draft_log_probs, grow, rerank, search_record
+from .tree_draft import (PoolNode, TreeShape, build_tree, draft_log_probs, frontier_mask, grow, rerank,
+                         search_record)
 from ..tree import DraftTree
 
 
@@ -85,18 +86,7 @@ class EagleTreeDrafter(Drafter):
     @torch.inference_mode()
     def _frontier_forward(self, frontier, pool, feats, context, fed):
         """One head forward over the frontier; each pair sees the committed pairs and its ancestors' pairs."""
-        slot = {pool_id: context + i for i, pool_id in enumerate(fed)}
-        length, n = kv.length(self.cache), len(frontier)
-        allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
-        allowed[:, :context] = True
-        for row, pool_id in enumerate(frontier):
-            allowed[row, length + row] = True
-            ancestor = pool[pool_id].parent
-            while ancestor != -1:
-                allowed[row, slot[ancestor]] = True
-                ancestor = pool[ancestor].parent
-        dtype = feats.dtype
-        mask = torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
+        mask = frontier_mask(frontier, pool, context, fed, kv.length(self.cache), feats.dtype)  # (F, L+F)
         tokens = torch.tensor([[pool[i].token for i in frontier]], device=self.device)  # (1, F)
         positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=self.device)  # (1, F)
         hidden, logits = self.head(tokens, feats, position_ids=positions, cache=self.cache,

@@ -148,6 +148,23 @@ def _best(pool: list[PoolNode], ids, width: int) -> list[int]:
     return sorted(ids, key=lambda i: (-pool[i].log_value, i))[:width]
 
 
+def frontier_mask(frontier: list[int], pool: list[PoolNode], context: int, fed: list[int], length: int,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention mask for one forward over the frontier (F, L+F): every frontier node sees the committed
+    context, its own ancestors (fed earlier, at cache slots context + i in `fed` order) and itself."""
+    slot = {pool_id: context + i for i, pool_id in enumerate(fed)}  # pool id -> cache position
+    n = len(frontier)
+    allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
+    allowed[:, :context] = True
+    for row, pool_id in enumerate(frontier):
+        allowed[row, length + row] = True
+        ancestor = pool[pool_id].parent
+        while ancestor != -1:
+            allowed[row, slot[ancestor]] = True
+            ancestor = pool[ancestor].parent
+    return torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
+
+
 def draft_log_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
     """The distribution values are products of: the unwarped softmax under greedy (the greedy warp is one-hot and
     would rank nothing), the warped draft q under sampling. (..., V) -> (..., V)"""
@@ -199,19 +216,8 @@ class DynamicTreeDrafter(Drafter):
                           fed: list[int]) -> torch.Tensor:
         """One draft forward over the frontier: each node sees the context and its own ancestors. (F, V)"""
         runner = self.runner
-        device, dtype = runner.device, runner.model.dtype
-        slot = {pool_id: context + i for i, pool_id in enumerate(fed)}  # pool id -> cache position
-        length, n = runner.length, len(frontier)
-        allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
-        allowed[:, :context] = True
-        for row, pool_id in enumerate(frontier):
-            allowed[row, length + row] = True
-            ancestor = pool[pool_id].parent
-            while ancestor != -1:
-                allowed[row, slot[ancestor]] = True
-                ancestor = pool[ancestor].parent
-        mask = torch.zeros(n, length + n, dtype=dtype)  # (F, L+F) additive
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        device = runner.device
+        mask = frontier_mask(frontier, pool, context, fed, runner.length, runner.model.dtype)  # (F, L+F)
         ids = torch.tensor([[pool[i].token for i in frontier]], device=device)  # (1, F)
         positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=device)  # (1, F)
         with torch.inference_mode():

@@ -33,10 +33,9 @@ FinalCandidate: node (the EOT node, or the live node that finalize padded with a
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from ..trace import TraceError, _list, _pick
+from ..trace import JsonTrace, TraceError, _list, _pick
 
 FORMAT = "speclab-whisper"
 SCHEMA_VERSION = 1
@@ -78,7 +77,7 @@ class FinalCandidate:
 
 
 @dataclass
-class WhisperTrace:
+class WhisperTrace(JsonTrace):
     decoder: str
     label: str
     options: dict
@@ -96,12 +95,6 @@ class WhisperTrace:
     stop_reason: str = ""
     format: str = FORMAT
     schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def path_ids(self, node_id: int) -> list[int]:
         """Tokens from the root (exclusive) to node_id (inclusive)."""
@@ -127,14 +120,6 @@ class WhisperTrace:
         trace = cls(**body)
         check_invariants(trace)
         return trace
-
-    @classmethod
-    def from_json(cls, text: str) -> "WhisperTrace":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
-        return cls.from_dict(data)
 
 
 def check_invariants(trace: WhisperTrace, eot: int | None = None) -> None:

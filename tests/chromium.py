@@ -1,0 +1,67 @@
+"""Debian's headless Chromium driven by Playwright, shared by the browser tests (Playwright never downloads one).
+
+`MARKS` is every browser module's pytestmark; `persistent_context` opens a throwaway profile and removes it after;
+`shot` saves a screenshot to artifacts/browser/ (or $SPECLAB_ARTIFACTS) and, with SPECLAB_UPDATE_SCREENSHOTS=1,
+copies a published one to docs/screenshots/.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("SPECLAB_ARTIFACTS", ROOT / "artifacts" / "browser"))
+DOCS = ROOT / "docs" / "screenshots"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MARKS = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+         pytest.mark.filterwarnings("ignore::FutureWarning"),
+         pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make browser)")]
+
+
+def sync_api():
+    """playwright.sync_api, or a skip where Playwright is not installed."""
+    api = pytest.importorskip("playwright.sync_api")
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    return api
+
+
+@contextmanager
+def persistent_context(pw, width: int, height: int):
+    """A Chromium context on a fresh profile directory, closed and removed afterwards."""
+    profile = tempfile.mkdtemp(prefix="speclab-chromium-")
+    context = pw.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=ARGS, headless=True,
+                                                    viewport={"width": width, "height": height})
+    try:
+        yield context
+    finally:
+        context.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def dismiss_toasts(page) -> None:
+    page.evaluate("document.querySelectorAll('button.toast-close').forEach(b => b.click())")
+    page.wait_for_timeout(300)
+
+
+def shot(page, name: str, selector: str | None = None, publish: bool = False, full_page: bool = False) -> Path:
+    """Screenshot of the page (or one element) into ARTIFACTS; a published one also goes to docs/screenshots/ when
+    SPECLAB_UPDATE_SCREENSHOTS is set (toasts dismissed first, so they do not cover it)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    if publish:
+        dismiss_toasts(page)
+    path = ARTIFACTS / f"{name}.png"
+    if selector:
+        page.locator(selector).screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
+    if publish and os.environ.get("SPECLAB_UPDATE_SCREENSHOTS", "0") not in ("", "0"):
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS / path.name)
+    return path
