@@ -14,8 +14,7 @@ import torch
 from .. import cache as kv
 from ..eagle.head import EagleHead
 from .base import Drafter, Proposal
-from .tree_draft import (PoolNode, TreeShape, build_tree, draft_log_probs, frontier_mask, grow, rerank,
-                         search_record)
+from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, tree_proposal
 from ..tree import DraftTree
 
 
@@ -63,12 +62,7 @@ class EagleTreeDrafter(Drafter):
 
         growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit)
         kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
-        chosen = rerank(growth.pool, self.shape.m)
-        proposal = Proposal(build_tree(ids[-1], growth.pool, chosen), forwards=growth.forwards,
-                            reason="rule" if growth.stop == "ddd" else "limit")
-        if record:
-            proposal.search = search_record(self.name, growth, chosen)
-        return proposal
+        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record)
 
     @torch.inference_mode()
     def _catch_up(self, ids: list[int]) -> None:

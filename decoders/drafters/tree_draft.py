@@ -165,6 +165,17 @@ def frontier_mask(frontier: list[int], pool: list[PoolNode], context: int, fed: 
     return torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
 
 
+def tree_proposal(method: str, pending: int, growth: Growth, m: int, record: bool) -> Proposal:
+    """The grown pool reranked to its best m nodes (ancestor-closed) as the tree sent to the target; the search
+    itself goes into the trace when recording. DDD's stop reads as the rule's, EAGLE-2's as the size limit."""
+    chosen = rerank(growth.pool, m)
+    proposal = Proposal(build_tree(pending, growth.pool, chosen), forwards=growth.forwards,
+                        reason="rule" if growth.stop == "ddd" else "limit")
+    if record:
+        proposal.search = search_record(method, growth, chosen)
+    return proposal
+
+
 def draft_log_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
     """The distribution values are products of: the unwarped softmax under greedy (the greedy warp is one-hot and
     would rank nothing), the warped draft q under sampling. (..., V) -> (..., V)"""
@@ -205,12 +216,7 @@ class DynamicTreeDrafter(Drafter):
 
         growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit)
         self.runner.drop_last(self.runner.length - context)  # the draft cache keeps committed tokens only
-        chosen = rerank(growth.pool, self.shape.m)
-        proposal = Proposal(build_tree(ids[-1], growth.pool, chosen), forwards=growth.forwards,
-                            reason="rule" if growth.stop == "ddd" else "limit")
-        if record:
-            proposal.search = search_record(self.name, growth, chosen)
-        return proposal
+        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record)
 
     def _frontier_forward(self, frontier: list[int], pool: list[PoolNode], context: int,
                           fed: list[int]) -> torch.Tensor:
