@@ -44,6 +44,20 @@ def test_sampled_runs_create_no_tensor_off_the_model_device(tiny, drafts, name):
         assert trace.totals["accepted"] < trace.totals["drafted"]
 
 
+BEAMS = {"beam search": dict(method="beam-search"), "beam sampling": dict(method="beam-sampling", temperature=1.0),
+         "dsbd": dict(method="dsbd", temperature=1.0, gamma=3)}
+
+
+@pytest.mark.parametrize("name", list(BEAMS))
+def test_beam_runs_create_no_tensor_off_the_model_device(tiny, drafts, name):
+    """The beam bookkeeping (running scores, the finished pool, DSBD's layer scores) is made next to the logits."""
+    options = DecodeOptions(model="tiny", width=3, max_new_tokens=12, seed=4, **BEAMS[name])
+    expected = generate(options, PROMPT, target=tiny, draft=drafts["unrelated"]).output_ids
+    with torch.device("meta"):
+        trace = generate(options, PROMPT, target=tiny, draft=drafts["unrelated"])
+    assert trace.output_ids == expected
+
+
 def test_verifier_point_mass_is_made_where_p_lives():
     """A deterministic (prompt-lookup) candidate that is rejected: the one-hot and the residual stay with p."""
     p = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.25] * 4])  # (2, V): the candidate 1 has p = 0, so it is rejected
@@ -130,3 +144,57 @@ def test_cuda_verifier_rejects_a_copied_token_on_the_gpu():
     tree.add(0, 1)
     verdict = core.verify_sampling(tree, p, seeded_generator(p.device, 0))
     assert (verdict.path, verdict.token, verdict.source) == ([], 2, "resampled")
+
+
+TREES = {"eagle2": dict(drafter="eagle2", tree_k=3, tree_depth=4, tree_m=10),
+         "ddd": dict(drafter="ddd", tree_k=3, tree_m=12, ddd_checks=(2, 3), ddd_x=-1.0, ddd_steps=5, ddd_width=4)}
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(TREES))
+def test_cuda_tree_drafters_equal_the_baseline_and_sample(on_gpu, name):
+    """Trees grown by a draft model on the GPU: the tree mask, the frontier forward and the walk all on one device."""
+    target = on_gpu["target"]
+    for prompt in ([3, 9, 4, 1, 7, 22, 5], PROMPT):
+        baseline = generate(DecodeOptions(max_new_tokens=30), prompt, target=target)
+        for kind in ("noisy", "unrelated"):
+            options = DecodeOptions(method="speculative", max_new_tokens=30, **TREES[name])
+            trace = generate(options, prompt, target=target, draft=on_gpu[kind])
+            assert trace.output_ids == baseline.output_ids, (name, kind, prompt)
+    sampled = DecodeOptions(method="speculative", temperature=1.0, max_new_tokens=24, seed=3, **TREES[name])
+    trace = generate(sampled, PROMPT, target=target, draft=on_gpu["unrelated"])
+    assert len(trace.output_ids) == 24 and trace.totals["accepted"] < trace.totals["drafted"]
+
+
+@needs_cuda
+def test_cuda_eagle_head_trees_equal_the_baseline(on_gpu, tmp_path):
+    """An EAGLE head saved on the CPU is loaded next to the GPU target and drafts from its GPU features."""
+    from decoders.eagle.head import EagleHead
+    from decoders.eagle.official import save_official
+
+    target = on_gpu["target"]
+    torch.manual_seed(0)
+    save_official(EagleHead(target.model).cpu(), tmp_path / "head")
+    baseline = generate(DecodeOptions(max_new_tokens=30), PROMPT, target=target)
+    for name in TREES:
+        options = DecodeOptions(method="speculative", eagle_head=str(tmp_path / "head"), max_new_tokens=30, **TREES[name])
+        trace = generate(options, PROMPT, target=target)
+        assert trace.output_ids == baseline.output_ids, name
+        assert trace.rounds[0].search["method"] == f"{name}-head"
+
+
+@needs_cuda
+def test_cuda_beam_methods_match_the_cpu(on_gpu):
+    """Beam search on the GPU picks the CPU's beams (float32, tiny); beam sampling and DSBD forests complete."""
+    from tiny import tiny_llama
+
+    cpu_target = tiny_llama(layers=4)
+    gpu_target = on_gpu["target"]
+    search = DecodeOptions(model="tiny", method="beam-search", width=3, max_new_tokens=16)
+    assert (generate(search, PROMPT, target=gpu_target).output_ids
+            == generate(search, PROMPT, target=cpu_target).output_ids)
+    for method, extra in (("beam-sampling", {}), ("dsbd", {"gamma": 3})):
+        options = DecodeOptions(model="tiny", method=method, width=3, temperature=1.0, max_new_tokens=16, seed=2,
+                                **extra)
+        trace = generate(options, PROMPT, target=gpu_target, draft=on_gpu["unrelated"])
+        assert len(trace.output_ids) == 16 and trace.candidates, method

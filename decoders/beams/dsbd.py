@@ -161,7 +161,7 @@ def _draft_layers(draft_rows: BeamRows, pending: list[int], scores: list[float],
     """Beam sampling with the draft for γ layers (i.i.d. draws, the draft's own scores after layer 1)."""
     rows = fork(draft_rows)
     layers: list[_Draft] = []
-    score = torch.tensor(scores)  # (R,) layer 1 starts from the target scores of the input beams
+    score = torch.tensor(scores, device=rows.device)  # (R,) layer 1 starts from the target scores of the input beams
     for level in range(gamma):
         logits = rows.step(pending)  # (R, V)
         q = joint_distribution(score, logits, warp)  # (R*V,)
@@ -236,7 +236,7 @@ def _iteration(target_rows: BeamRows, draft_rows: BeamRows, beams: list[list[int
 def _target_joint(logits: torch.Tensor, valid: list[_Beam], warp: Warp) -> torch.Tensor:
     """P over (valid beam, token): the target's logits at each beam's last column, plus its score. -> (|valid|*V,)"""
     rows = torch.stack([logits[b.root, b.columns[-1] if b.columns else 0] for b in valid])  # (|valid|, V)
-    return joint_distribution(torch.tensor([b.scores[-1] for b in valid]), rows, warp)
+    return joint_distribution(torch.tensor([b.scores[-1] for b in valid], device=rows.device), rows, warp)
 
 
 def _extend(beam: _Beam, token: int, column: int | None, score: float) -> _Beam:

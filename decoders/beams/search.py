@@ -50,14 +50,15 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
     """
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
+    device = rows.device  # the bookkeeping lives next to the logits (a CPU tensor beside CUDA logits fails)
     keep = max(2, 1 + len(eos_ids)) * width
     prompt_len, max_length = len(prompt_ids), len(prompt_ids) + max_new_tokens
     running = [list(prompt_ids) for _ in range(width)]
-    running_scores = torch.full((width,), _NEG)  # (B,): only beam 0 is real at the start
+    running_scores = torch.full((width,), _NEG, device=device)  # (B,): only beam 0 is real at the start
     running_scores[0] = 0.0
     pool_seqs: list[list[int]] = [list(prompt_ids) for _ in range(width)]
-    pool_scores = torch.full((width,), _NEG)  # (B,) finished slots, placeholders at -1e9
-    pool_done = torch.zeros(width, dtype=torch.bool)  # (B,)
+    pool_scores = torch.full((width,), _NEG, device=device)  # (B,) finished slots, placeholders at -1e9
+    pool_done = torch.zeros(width, dtype=torch.bool, device=device)  # (B,)
     improvable = True
     result = BeamResult([], 0.0, [])
     cur_len, first = prompt_len, True
@@ -70,7 +71,7 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
         vocab = log_probs.shape[-1]
         top_scores, top_index = torch.topk(log_probs.reshape(-1), k=keep)  # (K,), (K,)
         top_beams, top_tokens = (top_index // vocab).tolist(), (top_index % vocab).tolist()
-        hits = torch.tensor([t in eos_ids or cur_len + 1 >= max_length for t in top_tokens])  # (K,)
+        hits = torch.tensor([t in eos_ids or cur_len + 1 >= max_length for t in top_tokens], device=device)  # (K,)
         # the best `width` continuations that did not stop run on
         live_order = torch.topk(top_scores + hits.float() * _NEG, k=width)[1].tolist()
         parents = [top_beams[i] for i in live_order]
@@ -82,7 +83,7 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
             finished_scores = finished_scores + _NEG
         if not improvable:
             finished_scores = finished_scores + _NEG
-        just_done = hits & (torch.arange(keep) < width)  # (K,)
+        just_done = hits & (torch.arange(keep, device=device) < width)  # (K,)
         finished_scores = finished_scores + (~just_done).float() * _NEG
         merged_scores = torch.cat([pool_scores, finished_scores])  # (B+K,)
         merged_seqs = pool_seqs + [running[b] + [t] for b, t in zip(top_beams, top_tokens)]
@@ -118,7 +119,7 @@ def _may_improve(running_scores: torch.Tensor, pool_scores: torch.Tensor, pool_d
     else:
         hypothetical = cur_len - prompt_len
     best_possible = float(running_scores[0]) / (hypothetical ** length_penalty)
-    worst_finished = torch.where(pool_done, pool_scores.min(), torch.tensor(_NEG))  # (B,)
+    worst_finished = torch.where(pool_done, pool_scores.min(), torch.full_like(pool_scores, _NEG))  # (B,)
     return bool((best_possible > worst_finished).any())
 
 
@@ -135,7 +136,7 @@ def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
     pool = FinishedPool(width)
-    beams, scores = [list(prompt_ids)], torch.zeros(1)  # (R,)
+    beams, scores = [list(prompt_ids)], torch.zeros(1, device=rows.device)  # (R,)
     result = BeamResult([], 0.0, [])
     prompt_len = len(prompt_ids)
     for step in range(max_new_tokens):
