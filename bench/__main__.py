@@ -105,7 +105,7 @@ def methods_for(preset: str, args, settings: dict[str, dict]) -> list[Method]:
 
     chosen = [ours("ours/baseline", "SpecLab baseline", "baseline", **peers_of("hf/greedy"))]
     if twins:
-        chosen.append(ours("ours/baseline" + report.NOREC, "SpecLab baseline, no trace", "baseline", record=False))
+        chosen.append(ours("ours/baseline" + report.NOREC, "SpecLab baseline", "baseline", record=False))
     pl = settings["ours/prompt-lookup"]
     chosen.append(tuning.ours_prompt_lookup("ours/prompt-lookup", pl, **peers_of("hf/prompt-lookup")))
     if twins:
@@ -393,6 +393,9 @@ def rebuild(path: Path) -> dict:
     from .runner import mark_identity
 
     result = json.loads(Path(path).read_text())
+    for method in [*result.get("methods", []), *(m for r in result["runs"].values() for m in r.get("methods", []))]:
+        if method["key"].endswith(report.NOREC) and "no trace" not in method["label"]:
+            method["label"] += ", no trace"  # results saved before twins were named in their label
     for run_data in result["runs"].values():
         mark_identity(run_data["records"])
     return report.finish(result)

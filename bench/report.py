@@ -14,6 +14,9 @@ from .costs import alpha_from_tau, leviathan_speedup, speedup_with_verify_cost, 
 
 CODE_KINDS = ("code-writing", "code-editing")
 NOREC = ":norec"
+CUDA_KERNELS_NOTE = ("On CUDA nothing packs (the oneDNN packing is a CPU kernel): rows marked \"packed kernels\" and "
+                     "rows marked \"stock kernels\" run the same PyTorch CUDA kernels, so the two × HF columns are two "
+                     "measurements of one comparison and their difference is run-to-run noise.")
 TAU_RULE = ("τ = new tokens ÷ target forward calls, the prefill call included on both sides (HF's first call is "
             "prefill and first verification at once; SpecLab's prefill is a call of its own)")
 
@@ -204,6 +207,8 @@ def markdown(result: dict) -> str:
              f"{meta['machine']}; torch {meta['torch']}, transformers {meta['transformers']}, {meta['threads']} "
              f"threads; {meta['max_new_tokens']} new tokens, {meta['reps']} repetitions, greedy unless marked T=1. "
              f"{meta['noise_note']}", ""]
+    if meta.get("gpu") == "cuda":
+        lines += [CUDA_KERNELS_NOTE, ""]
     for dtype, run in result["runs"].items():
         models = run["models"]
         lines += [f"## {dtype}: target {models.get('target')}" + (f", draft {models['draft']}" if models.get("draft")

@@ -51,6 +51,8 @@ class Method:
 
 def ours(key: str, label: str, kind: str, record: bool = True, temperature: float = 0.0, peer: str | None = None,
          kernels: str = "packed", peer_stock: str | None = None, **options) -> Method:
+    if not record and "no trace" not in label:
+        label += ", no trace"  # the recording-off twin of a method: never two rows with one name
     if kind == "baseline":
         options = {"method": "baseline", **options}
     else:

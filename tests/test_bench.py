@@ -252,3 +252,27 @@ def test_warmup_runs_once_per_code_path_not_per_setting():
     stock = hf("hf/assisted", "a", "draft-model", kernels="stock")
     base = ours("ours/baseline", "b", "baseline")
     assert [m.key for m in warmup_set([base] + grid + [stock])] == ["ours/baseline", grid[0].key, "hf/assisted"]
+
+
+def test_a_recording_off_twin_never_shares_its_methods_name():
+    on = ours("ours/prompt-lookup", "SpecLab prompt lookup (10 tokens, n-gram 3)", "prompt-lookup", gamma=10)
+    off = ours("ours/prompt-lookup" + report.NOREC, on.label, "prompt-lookup", record=False, gamma=10)
+    assert off.label == on.label + ", no trace"
+    assert ours("k", "SpecLab baseline, no trace", "baseline", record=False).label == "SpecLab baseline, no trace"
+
+
+def test_the_gpu_results_say_that_nothing_packs_on_cuda():
+    """bench/results/quick-gpu-h100.json was measured on an H100 (saved before twins were named): rebuilt, every
+    row is named once per prompt kind and the page says the packed/stock columns are one comparison there."""
+    from pathlib import Path
+
+    from bench.__main__ import rebuild
+
+    result = rebuild(Path(__file__).parent.parent / "bench" / "results" / "quick-gpu-h100.json")
+    page = report.markdown(result)
+    assert report.CUDA_KERNELS_NOTE in page
+    for run in result["runs"].values():
+        names = [(row["label"], row["kind"]) for row in run["rows"]]
+        assert len(names) == len(set(names))
+    cpu = json.loads((Path(__file__).parent.parent / "bench" / "results" / "quick.json").read_text())
+    assert report.CUDA_KERNELS_NOTE not in report.markdown(cpu)
