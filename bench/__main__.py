@@ -260,7 +260,8 @@ def run(args, loader=default_loader, log=print) -> dict | None:
         models = {}
         need = MEMORY_GIB.get((preset["target"], dtype), 0) + (MEMORY_GIB.get((preset["draft"], dtype), 3)
                                                                if args.draft else 0)
-        wait_for_memory(need, log) if need else None
+        if need and loader is default_loader:  # the registry's real weights; a given loader brings its own models
+            wait_for_memory(need, log)
         t0 = time.perf_counter()
         models["target"] = loader(preset["target"], dtype)
         if args.draft:

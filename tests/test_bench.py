@@ -276,3 +276,16 @@ def test_the_gpu_results_say_that_nothing_packs_on_cuda():
         assert len(names) == len(set(names))
     cpu = json.loads((Path(__file__).parent.parent / "bench" / "results" / "quick.json").read_text())
     assert report.CUDA_KERNELS_NOTE not in report.markdown(cpu)
+
+
+def test_a_run_on_given_models_does_not_wait_for_the_real_models_memory(tmp_path, tiny_loader, monkeypatch):
+    """The pair preset budgets ~13 GiB for the Qwen pair; tiny models given by a loader must not wait for it (a test
+    run beside a real benchmark waited 10 minutes and failed)."""
+    import bench.__main__ as bench_main
+
+    monkeypatch.setattr(bench_main, "available_gib", lambda: 0.5)
+    monkeypatch.setattr(bench_main, "wait_for_memory", lambda *a, **k: pytest.fail("waited for memory"))
+    result = main(["--pair", "--reps", "1", "--per-kind", "1", "--kinds", "chat", "--max-new-tokens", "4",
+                   "--no-tune", "--no-sweep", "--no-costs", "--out", str(tmp_path), "--only", "ours/baseline"],
+                  loader=tiny_loader)
+    assert result["runs"]
