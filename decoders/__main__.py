@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from .api import generate
-from .options import BEAM_METHODS, DRAFTERS, DTYPES, EARLY_STOPPING, METHODS, RULES, DecodeOptions, OptionsError
+from .options import (BEAM_METHODS, DRAFTERS, DTYPES, EARLY_STOPPING, METHODS, RULES, TREE_DRAFTERS, DecodeOptions,
+                      OptionsError)
 from .trace import Trace
 
 
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = DecodeOptions()
     run.add_argument("--model", default=defaults.model, help="registry name or hub id of the target")
     run.add_argument("--method", default=defaults.method, choices=METHODS + BEAM_METHODS)
-    run.add_argument("--drafter", default=defaults.drafter, choices=DRAFTERS)
+    run.add_argument("--drafter", default=defaults.drafter, choices=DRAFTERS + TREE_DRAFTERS,
+                     help="chain drafters, or the trees eagle2 (EAGLE-2) and ddd (Dynamic Depth Decoding)")
     run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
     run.add_argument("--rule", default=defaults.rule, choices=RULES, help="draft-length rule")
     run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
@@ -36,6 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--one-input-beam", action="store_true", help="DSBD memory mode: one beam between iterations")
     run.add_argument("--length-penalty", type=float, default=defaults.length_penalty, help="beam search")
     run.add_argument("--early-stopping", default=defaults.early_stopping, choices=EARLY_STOPPING, help="beam search")
+    run.add_argument("--tree-k", type=int, default=defaults.tree_k, help="eagle2/ddd: children per expanded node (K)")
+    run.add_argument("--tree-depth", type=int, default=defaults.tree_depth, help="eagle2: expansion steps (D)")
+    run.add_argument("--tree-m", type=int, default=defaults.tree_m, help="eagle2/ddd: draft nodes verified (M)")
+    run.add_argument("--ddd-checks", default=",".join(map(str, defaults.ddd_checks)),
+                     help="ddd: expansion steps where confidence is checked (S)")
+    run.add_argument("--ddd-x", type=float, default=defaults.ddd_x, help="ddd: stop below this confidence H")
+    run.add_argument("--ddd-steps", type=int, default=defaults.ddd_steps, help="ddd: most expansion steps (n)")
+    run.add_argument("--ddd-width", type=int, default=defaults.ddd_width, help="ddd: frontier kept per step (w)")
+    run.add_argument("--eagle-head", default=None, help="eagle2/ddd: grow from an EAGLE head (a folder, a hub id, "
+                     "or auto) instead of the draft model")
     run.add_argument("--prompt", required=True)
     run.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     run.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
@@ -51,19 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace) -> DecodeOptions:
-    skip = None
-    if args.skip_layers:
-        try:
-            skip = tuple(int(x) for x in args.skip_layers.split(","))
-        except ValueError:
-            raise OptionsError(f"--skip-layers takes comma-separated integers, got {args.skip_layers!r}") from None
+    skip = _integers("--skip-layers", args.skip_layers) if args.skip_layers else None
+    tree = dict(tree_k=args.tree_k, tree_depth=args.tree_depth, tree_m=args.tree_m, ddd_x=args.ddd_x,
+                ddd_steps=args.ddd_steps, ddd_width=args.ddd_width, eagle_head=args.eagle_head,
+                ddd_checks=_integers("--ddd-checks", args.ddd_checks))
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
                          dtype=args.dtype, device=args.device, chat=not args.no_chat, width=args.width,
                          min_width=args.min_width, thres=args.thres, one_input_beam=args.one_input_beam,
-                         length_penalty=args.length_penalty, early_stopping=args.early_stopping)
+                         length_penalty=args.length_penalty, early_stopping=args.early_stopping, **tree)
+
+
+def _integers(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise OptionsError(f"{flag} takes comma-separated integers, got {text!r}") from None
 
 
 def summary_line(trace: Trace) -> str:

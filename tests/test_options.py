@@ -77,3 +77,30 @@ def test_cli_fails_fast_without_traceback(args, message):
 def test_cli_unknown_method_is_an_argparse_error():
     result = run_cli("run", "--prompt", "hi", "--method", "magic")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_cli_offers_the_tree_drafters_with_their_paper_defaults():
+    from decoders.__main__ import build_parser, options_from
+
+    args = build_parser().parse_args(["run", "--prompt", "hi", "--method", "speculative", "--drafter", "ddd",
+                                      "--ddd-checks", "3,5", "--ddd-x", "-0.5", "--tree-m", "30"])
+    options = options_from(args).validate()
+    assert (options.drafter, options.ddd_checks, options.ddd_x, options.tree_m) == ("ddd", (3, 5), -0.5, 30)
+    eagle2 = options_from(build_parser().parse_args(["run", "--prompt", "hi", "--method", "speculative",
+                                                      "--drafter", "eagle2", "--eagle-head", "auto"])).validate()
+    defaults = DecodeOptions()
+    assert (eagle2.tree_k, eagle2.tree_depth, eagle2.tree_m, eagle2.eagle_head) == (
+        defaults.tree_k, defaults.tree_depth, defaults.tree_m, "auto")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--drafter", "ddd", "--ddd-checks", "five"], "--ddd-checks takes"),
+    (["--drafter", "ddd", "--ddd-checks", "1"], "ddd_checks must be whole expansion steps"),
+    (["--drafter", "prompt-lookup", "--eagle-head", "auto"], "eagle_head only applies to the tree drafters"),
+])
+def test_cli_tree_mistakes_are_one_line_messages(capsys, args, message):
+    from decoders.__main__ import main
+
+    assert main(["run", "--prompt", "hi", "--method", "speculative", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
