@@ -72,6 +72,18 @@ def test_qwen_pair_draft_model_equals_baseline(qwen_pair):
         assert trace.totals["tau"] > 1.5
 
 
+@pytest.mark.parametrize("tree", [dict(drafter="eagle2", tree_k=4, tree_depth=4, tree_m=16),
+                                  dict(drafter="ddd", tree_k=4, tree_m=16, ddd_steps=6, ddd_width=4)])
+def test_qwen_pair_draft_model_trees_equal_baseline(qwen_pair, tree):
+    """EAGLE-2 and DDD trees grown by the real 0.5B draft, verified by the 1.5B in float32: the baseline's tokens."""
+    target, draft = qwen_pair
+    base = generate(DecodeOptions(model="qwen2.5-coder-1.5b", max_new_tokens=24), CODE_PROMPT, target=target)
+    options = DecodeOptions(model="qwen2.5-coder-1.5b", method="speculative", max_new_tokens=24, **tree)
+    trace = generate(options, CODE_PROMPT, target=target, draft=draft)
+    assert trace.output_ids == base.output_ids
+    assert trace.totals["tau"] > 1.5  # the real pair's trees are accepted past their root
+
+
 def test_tokenizer_mismatch_is_a_clear_error(smollm, qwen_pair):
     from decoders.models import ModelError, check_tokenizers_compatible
 
