@@ -10,19 +10,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from decoders.options import DRAFTERS, DecodeOptions, fields_in_use, initial_lam, rules_for
+from decoders.options import DRAFTERS, TREE_DRAFTERS, DecodeOptions, fields_in_use, initial_lam, rules_for
 
 DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the registry's pairing" choice
+# What a tree grows from (the eagle_head control): the draft model (eagle_head None) or the target's EAGLE head.
+FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
+TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
 # The page opens where the idea visibly works: prompt lookup on an edit prompt, the settings of the recorded run it
 # shows (app/views.py OPENING_TRACE), so Run repeats it live. Every other starting value is DecodeOptions' default.
 OPENING = DecodeOptions(method="speculative", drafter="prompt-lookup", rule="static")
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
+TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
 DEPENDENT = ("drafter", "draft_model", "rule", "gamma", "max_draft", "lam", "ngram", "skip_layers", "top_k", "top_p",
-             "seed")
+             "seed") + TREE_CONTROLS
 # What an example sets (everything that shapes the run; length, dtype and display toggles stay the user's).
 EXAMPLE_CONTROLS = ("prompt", "model", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
-                    "ngram", "skip_layers", "temperature", "top_k", "top_p", "seed")
+                    "ngram", "skip_layers", "temperature", "top_k", "top_p", "seed") + TREE_CONTROLS
 
 
 def _registry() -> dict:
@@ -51,16 +55,36 @@ def draft_choices(model: str) -> list[str]:
     return pairing + drafts_for(model)
 
 
+def has_head(model: str) -> bool:
+    """Is an EAGLE head shipped (assets/eagle) or trained (the cache) for this target?"""
+    try:
+        from decoders.eagle.official import locate_head
+
+        locate_head(model)
+        return True
+    except Exception:  # no head (EagleHeadError), or the EAGLE modules cannot load: offer no head
+        return False
+
+
+def tree_sources(model: str) -> list[str]:
+    """What a tree can grow from for this target: its same-family draft model and/or its EAGLE head."""
+    return [source for source, available in ((FROM_DRAFT, bool(drafts_for(model))), (FROM_HEAD, has_head(model)))
+            if available]
+
+
 def drafters_for(model: str) -> list[str]:
-    """The drafter choices: the draft-model drafter only for a target that has a draft to pair with."""
-    return [d for d in DRAFTERS if d != "draft-model" or drafts_for(model)]
+    """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the tree
+    drafters only for one with a draft model or an EAGLE head to grow the tree."""
+    chain = [d for d in DRAFTERS if d != "draft-model" or drafts_for(model)]
+    return chain + (list(TREE_DRAFTERS) if tree_sources(model) else [])
 
 
 def control_states(model: str, method: str, drafter: str, rule: str, temperature: float,
-                   draft_model: str | None) -> dict[str, dict]:
+                   draft_model: str | None, eagle_head: str | None = None) -> dict[str, dict]:
     """{control: {"visible", and where they change: "choices", "value"}} for the DEPENDENT controls.
 
-    A drafter or rule the new choices no longer offer moves to the first one offered (prompt lookup -> static).
+    A drafter, rule or tree source the new choices no longer offer moves to the first one offered (prompt lookup ->
+    static; a target without a draft model grows its tree from its EAGLE head).
     """
     drafters = drafters_for(model)
     drafter = drafter if drafter in drafters else (OPENING.drafter if OPENING.drafter in drafters else drafters[0])
@@ -68,11 +92,17 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     rule = rule if rule in rules else rules[0]
     drafts = draft_choices(model)
     draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
+    sources = tree_sources(model)
+    source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
     used = fields_in_use(method, drafter, rule, _number(temperature))
+    grows_from_head = drafter in TREE_DRAFTERS and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
     states["drafter"].update(choices=drafters, value=drafter)
     states["rule"].update(choices=rules, value=rule)
-    states["draft_model"].update(choices=drafts, value=draft, visible="draft_model" in used and bool(drafts))
+    states["draft_model"].update(choices=drafts, value=draft,
+                                 visible="draft_model" in used and bool(drafts) and not grows_from_head)
+    states["eagle_head"].update(choices=[(label, value) for value, label in TREE_SOURCES if value in sources],
+                                value=source)
     return states
 
 
@@ -84,8 +114,10 @@ def lam_for(rule: str) -> float | None:
 def control_value(name: str, options: DecodeOptions):
     """The value a control shows for one DecodeOptions field."""
     value = getattr(options, name)
-    if name == "skip_layers":
+    if name in ("skip_layers", "ddd_checks"):
         return ",".join(str(i) for i in value) if value else ""
+    if name == "eagle_head":  # the control says what the tree grows from; a folder or hub id is an API matter
+        return FROM_DRAFT if value is None else FROM_HEAD
     if name == "draft_model":  # None: the pairing, where the registry has one for this target
         pairing = DEFAULT_DRAFT if DEFAULT_DRAFT in draft_choices(options.model) else None
         return value or pairing
@@ -116,7 +148,7 @@ def example_states(example: dict) -> dict[str, dict]:
     choices that contain it (Gradio rejects a value outside a control's current choices)."""
     values = dict(zip(EXAMPLE_CONTROLS, example_row(example)))
     states = control_states(values["model"], values["method"], values["drafter"], values["rule"],
-                            values["temperature"], values["draft_model"])
+                            values["temperature"], values["draft_model"], values["eagle_head"])
     return {name: {**states.get(name, {}), "value": values[name]} for name in EXAMPLE_CONTROLS}
 
 

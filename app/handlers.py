@@ -15,7 +15,7 @@ from decoders.api import draft_for
 from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
-from .controls import DEFAULT_DRAFT
+from .controls import DEFAULT_DRAFT, FROM_HEAD
 from .hosting import check_model_allowed, gpu
 from .render_text import round_of_span
 from .session import RunSession
@@ -29,7 +29,8 @@ DECODE_LOCK = threading.Lock()
 
 # The controls of the Generate tab, in the order ui.py passes them.
 RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
-              "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live")
+              "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live",
+              "eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
 STREAM_EVERY = 0.4  # seconds between streamed updates: each one costs drawing time (server and browser)
 STOP_WAIT = 15.0  # seconds Stop waits for Gradio to close the run (it closes between rounds, or after a load)
 STOP_POLL = 1.0  # with live drawing off, the run still hands Gradio a (no-op) update this often so Stop can close it
@@ -49,7 +50,10 @@ def options_from(values: dict) -> DecodeOptions:
     temperature = _float(values, "temperature", D.temperature)
     used = fields_in_use(method, drafter, rule, temperature)
     # Fields without a control (record, device, lam_keep) keep their defaults.
-    options = DecodeOptions(**{name: _PARSERS[name](values, name) for name in used if name in _PARSERS}).validate()
+    fields = {name: _PARSERS[name](values, name) for name in used if name in _PARSERS}
+    if fields.get("eagle_head") is not None:  # the tree grows from the head, so the draft-model choice is moot
+        fields.pop("draft_model", None)
+    options = DecodeOptions(**fields).validate()
     check_model_allowed(options.model, "target model")
     check_model_allowed(options.draft_model, "draft model")
     return options
@@ -69,6 +73,22 @@ def _skip_layers(values: dict) -> tuple[int, ...] | None:
     except ValueError:
         raise OptionsError(f"layers to skip must be comma-separated whole numbers like 9,11,13; got {text!r}") \
             from None
+
+
+def _ddd_checks(values: dict) -> tuple[int, ...]:
+    text = str(values.get("ddd_checks") or "").strip()
+    if not text:
+        return D.ddd_checks
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise OptionsError(f"DDD's check steps must be comma-separated whole numbers like 5,7,9 (the paper's); "
+                           f"got {text!r}") from None
+
+
+def _eagle_head(values: dict) -> str | None:
+    """The tree-source control: FROM_HEAD = the target's own head ("auto"); anything else = the draft model."""
+    return "auto" if values.get("eagle_head") == FROM_HEAD else None
 
 
 def _int(values: dict, key: str, default: int) -> int:
@@ -104,9 +124,13 @@ _PARSERS = {
     "chat": lambda values, key: bool(values.get(key, D.chat)),
     "draft_model": lambda values, key: _draft_model(values),
     "skip_layers": lambda values, key: _skip_layers(values),
+    "ddd_checks": lambda values, key: _ddd_checks(values),
+    "eagle_head": lambda values, key: _eagle_head(values),
     **{key: lambda values, key: _int(values, key, getattr(D, key))
-       for key in ("gamma", "max_draft", "ngram", "max_new_tokens", "top_k", "seed")},
-    **{key: lambda values, key: _float(values, key, getattr(D, key)) for key in ("lam", "temperature", "top_p")},
+       for key in ("gamma", "max_draft", "ngram", "max_new_tokens", "top_k", "seed", "tree_k", "tree_depth", "tree_m",
+                   "ddd_steps", "ddd_width")},
+    **{key: lambda values, key: _float(values, key, getattr(D, key)) for key in ("lam", "temperature", "top_p",
+                                                                               "ddd_x")},
 }
 
 
@@ -169,7 +193,8 @@ def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
     from decoders.api import stream
 
     opts = DecodeOptions(**{**options, "skip_layers": tuple(options["skip_layers"])
-                            if options.get("skip_layers") is not None else None})
+                            if options.get("skip_layers") is not None else None,
+                            "ddd_checks": tuple(options.get("ddd_checks", D.ddd_checks))})
     target, draft = load_models(opts)
     with DECODE_LOCK:
         rounds = stream(opts, prompt, target=target, draft=draft)

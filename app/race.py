@@ -35,6 +35,10 @@ PRESETS = {
     "draft model · max-confidence": dict(drafter="draft-model", rule="max-confidence", max_draft=8),
     "layer skip · static γ=3": dict(drafter="layer-skip", rule="static", gamma=3),
     "layer skip · AdaEDL": dict(drafter="layer-skip", rule="adaedl", max_draft=6),
+    # Trees on a CPU: fewer nodes than the papers' GPU setting (M = 59), since t(n) grows with n here.
+    "EAGLE-2 tree · draft model (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16),
+    "DDD tree · draft model (M=16)": dict(drafter="ddd", tree_k=4, tree_m=16),
+    "EAGLE-2 tree · EAGLE head (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16, eagle_head="auto"),
 }
 DEFAULT_METHODS = ["prompt lookup · static γ=4", "layer skip · AdaEDL"]
 
@@ -62,7 +66,8 @@ def race_options(values: dict) -> list[DecodeOptions]:
     runs = [base.validate()]
     for name in methods:
         preset = dict(PRESETS[name])
-        if preset["drafter"] == "draft-model" and draft and draft != DEFAULT_DRAFT:
+        grows_from_draft = preset["drafter"] == "draft-model" or "tree_m" in preset and "eagle_head" not in preset
+        if grows_from_draft and draft and draft != DEFAULT_DRAFT:
             preset["draft_model"] = draft
         runs.append(replace(base, method="speculative", **preset).validate())
     return runs
@@ -84,7 +89,7 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     from .handlers import DECODE_LOCK
 
     for data in options:
-        opts = DecodeOptions(**{**data, "skip_layers": None})
+        opts = DecodeOptions(**{**data, "skip_layers": None, "ddd_checks": tuple(data["ddd_checks"])})
         target, draft = load_models(opts)
         with DECODE_LOCK:
             generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)

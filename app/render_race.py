@@ -12,6 +12,7 @@ import html
 
 import plotly.graph_objects as go
 
+from decoders.options import TREE_DRAFTERS
 from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
 
@@ -26,18 +27,24 @@ def race_row(trace: Trace, baseline: Trace | None) -> dict:
     b = totals(baseline) if baseline is not None else None
     speed = t["tokens_per_second"]
     speedup = speed / b["tokens_per_second"] if b and speed and b["tokens_per_second"] else None
-    drafting = [r.n_drafted for r in trace.rounds if r.n_drafted > 0]
-    gamma = sum(drafting) / len(drafting) if drafting else 0.0
+    drafting = [r for r in trace.rounds if r.n_drafted > 0]
+    gamma = sum(r.n_drafted for r in drafting) / len(drafting) if drafting else 0.0
+    # A tree sends many drafts per round but pays per expansion step (one draft forward each): its cost is in steps.
+    tree = (trace.options or {}).get("drafter") in TREE_DRAFTERS and trace.method == "speculative"
+    steps = sum(r.draft_forwards for r in drafting) / len(drafting) if drafting else 0.0
     c = None
     if trace.method == "speculative" and b:
         per_target = b["seconds"]["verify"] / b["target_forwards"] if b["target_forwards"] else None
         per_draft = t["seconds"]["draft"] / t["draft_forwards"] if t["draft_forwards"] else 0.0
         c = per_draft / per_target if per_target else None
-    alpha = alpha_from_tau(t["tau"], gamma) if trace.method == "speculative" and t["tau"] and gamma else None
+    # Leviathan's α assumes a chain of γ i.i.d. trials; a tree's τ does not invert to it.
+    alpha = alpha_from_tau(t["tau"], gamma) if trace.method == "speculative" and t["tau"] and gamma and not tree \
+        else None
     timed = t.get("timed_tokens_per_second") or []
     return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
             "spread": (min(timed), max(timed)) if len(timed) > 1 else None, "timed_runs": len(timed) or 1,
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
+            "tree": tree, "draft_steps": steps,
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
 
@@ -49,7 +56,7 @@ HEADERS = [
     ("speedup", "this method's tokens/s ÷ the baseline's tokens/s on the same prompt and machine"),
     ("τ", "mean acceptance length = output tokens ÷ target forwards (includes the bonus token)"),
     ("acceptance", "accepted draft tokens ÷ drafted tokens"),
-    ("γ", "mean drafted tokens per round that drafted"),
+    ("γ", "mean drafted tokens per round that drafted (a tree: the drafts sent to the target)"),
     ("c", "draft seconds per draft forward ÷ baseline target seconds per target forward"),
     ("same as baseline", "whether the output tokens equal the baseline's; at temperature 0 they must "
                          "(bfloat16 can drift on near-ties)"),

@@ -6,21 +6,31 @@ centred on its first and last child. Subtrees occupy disjoint row intervals, so 
 
 The token the target added itself (bonus after a fully accepted path, or the resampled token after a rejection)
 is drawn as an extra node hanging off the last accepted node.
+
+A tree drafter's round (EAGLE-2, DDD) also carries its search: the drafts that were never sent fold into one grey
+"+n candidates" node under their nearest sent ancestor (hover lists the best of them), and the sent drafts the
+target never reached are filled by their value (the product of draft probabilities on the path, log scale).
 """
 from __future__ import annotations
 
 import html
+import math
 
 import networkx as nx
 import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
-from .theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, \
-    wrap_title
+from .render_search import PoolView, pool_view, search_headline
+from .theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
+    visible_token, wrap_title
 
 EXTRA = "extra"  # the graph attribute marking the target's own token
+UNSENT = "unsent"  # the graph attribute holding the pool entries a "+n candidates" node folds
 ROW_GAP = 1.0
+POOL_COLOR = "#dedede"
+VALUE_SCALE = "Blues"  # log10(value) from 0.001 (light) to 1 (dark)
+LARGE = 30  # nodes from which labels shrink and move beside their markers
 
 
 def round_graph(rnd: RoundRecord) -> nx.DiGraph:
@@ -39,7 +49,23 @@ def round_graph(rnd: RoundRecord) -> nx.DiGraph:
     graph.add_node(extra, status=status, text=rnd.bonus_text, depth=graph.nodes[anchor]["depth"] + 1,
                    record=None, **{EXTRA: True})
     graph.add_edge(anchor, extra)
+    _add_unsent(graph, rnd)
     return graph
+
+
+def _add_unsent(graph: nx.DiGraph, rnd: RoundRecord) -> None:
+    """One grey node per sent node whose pool candidates were not sent (tree drafters only)."""
+    view = pool_view(rnd)
+    if view is None:
+        return
+    for node in sorted(view.unsent):
+        if node not in graph:
+            continue
+        entries = view.unsent[node]
+        fold = max(graph.nodes) + 1
+        graph.add_node(fold, status="pool", text=f"+{len(entries)}", depth=graph.nodes[node]["depth"] + 1,
+                       record=None, **{UNSENT: entries})
+        graph.add_edge(node, fold)
 
 
 def _last_accepted(graph: nx.DiGraph) -> int:
@@ -129,7 +155,8 @@ def _parent_is_anchor(graph: nx.DiGraph, node: int) -> bool:
     return graph.nodes[node]["record"].parent == _last_accepted(graph)
 
 
-def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dict], greedy: bool) -> str:
+def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dict], greedy: bool,
+           view: PoolView | None = None) -> str:
     data = graph.nodes[node]
     status = data["status"]
     token = html.escape(repr(data["text"]))
@@ -140,9 +167,19 @@ def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dic
         lines.append(f"the target's own token: {_own_token_line(status, greedy)}")
     elif data.get("record") is not None:
         lines += _draft_lines(graph, node, rnd, greedy)
+        lines += _value_lines(view, node)
         lines += _rule_lines(checks.get(data["depth"]))
     lines.append(f"depth {data['depth']} · node {node}")
     return "<br>".join(lines)
+
+
+def _value_lines(view: PoolView | None, node: int) -> list[str]:
+    """A tree drafter's value of this node: what EAGLE-2 ranks by, and its rank in the pool."""
+    entry = view.entry.get(node) if view is not None else None
+    if entry is None:
+        return []
+    return [f"value = product of draft probs on the path = {sig(entry['value'])} "
+            f"(rank {view.rank[int(entry['id'])]} of {view.size} candidates; grown at step {entry['step']})"]
 
 
 def _rule_lines(check: dict | None) -> list[str]:
@@ -160,10 +197,18 @@ def _rule_lines(check: dict | None) -> list[str]:
 
 
 def tree_height(trace: Trace) -> int:
-    """One height for the whole run (from its widest round), so the page does not jump while scrubbing."""
+    """One height for the whole run (from its widest round), so the page does not jump while scrubbing; a tree
+    drafter's rows (60 drafts and their folded candidates) get less room each, and plotly zooms."""
+    if any(r.search for r in trace.rounds):
+        rows = max((_leaves(round_graph(r)) for r in trace.rounds if r.search), default=1)
+        return max(360, min(1000, 150 + 15 * rows))
     widest = max((sum(1 for n in r.nodes if not any(m.parent == n.id for m in r.nodes)) for r in trace.rounds),
                  default=1)
     return max(260, min(640, 190 + 55 * (widest + 1)))
+
+
+def _leaves(graph: nx.DiGraph) -> int:
+    return sum(1 for n in graph.nodes if graph.out_degree(n) == 0)
 
 
 def tree_figure(trace: Trace, index: int | None = None, height: int | None = None) -> go.Figure:
@@ -177,12 +222,16 @@ def tree_figure(trace: Trace, index: int | None = None, height: int | None = Non
     pos = tidy_layout(graph)
     checks = _checks_by_position(rnd)
     greedy = _is_greedy(trace)
+    view = pool_view(rnd)
     fig = go.Figure()
     _add_edges(fig, graph, pos)
+    large = graph.number_of_nodes() > LARGE
     for status in STATUS_COLORS:
         ids = [n for n in graph.nodes if graph.nodes[n]["status"] == status]
         if ids:
-            _add_nodes(fig, graph, pos, ids, status, [_hover(graph, n, rnd, checks, greedy) for n in ids])
+            hovers = [_hover(graph, n, rnd, checks, greedy, view) for n in ids]
+            _add_nodes(fig, graph, pos, ids, status, hovers, large, view)
+    _add_unsent_nodes(fig, graph, pos, view, large)
     depth_max = max(_max_depth(trace), max(x for x, _ in pos.values()))
     rows = max(y for _, y in pos.values())
     title = wrap_title(_title(trace, rnd))
@@ -196,6 +245,32 @@ def tree_figure(trace: Trace, index: int | None = None, height: int | None = Non
         yaxis=dict(range=[rows + 0.8, -0.8], showgrid=False, zeroline=False, showticklabels=False),
     )
     return describe(fig, tree_summary(trace, rnd, graph))
+
+
+def _add_unsent_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, view: PoolView | None, large: bool) -> None:
+    ids = [n for n in graph.nodes if graph.nodes[n]["status"] == "pool"]
+    if not ids or view is None:
+        return
+    fig.add_trace(go.Scatter(
+        x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name="candidates not sent",
+        text=[graph.nodes[n]["text"] for n in ids], textposition="middle right",
+        textfont=dict(size=10, color="#999"), marker=dict(size=8 if large else 12, color=POOL_COLOR,
+                                                          line=dict(width=1, color="#bbb")),
+        customdata=[[n, "pool"] for n in ids], meta="pool",
+        hovertext=[_unsent_hover(graph.nodes[n][UNSENT], view) for n in ids],
+        hovertemplate="%{hovertext}<extra></extra>"))
+
+
+def _unsent_hover(entries: list[dict], view: PoolView, shown: int = 6) -> str:
+    lines = [f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable of "
+             f"{view.size})"]
+    for entry in entries[:shown]:
+        token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
+        lines.append(f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
+                     f"step {entry['step']}")
+    if len(entries) > shown:
+        lines.append(f"… and {len(entries) - shown} more")
+    return "<br>".join(lines)
 
 
 def tree_summary(trace: Trace, rnd: RoundRecord, graph: nx.DiGraph) -> str:
@@ -220,6 +295,8 @@ def _max_depth(trace: Trace) -> int:
     options = trace.options or {}
     if trace.method != "speculative":
         return 1
+    if any(r.search for r in trace.rounds):  # a tree's depth is what its search grew, one range for the run
+        return max((n.depth for r in trace.rounds for n in r.nodes), default=0) + 2
     cap = max(int(options.get("gamma", 1) or 1), int(options.get("max_draft", 1) or 1))
     if options.get("rule") == "static":
         cap = int(options.get("gamma", 1) or 1)
@@ -228,6 +305,8 @@ def _max_depth(trace: Trace) -> int:
 
 
 def _title(trace: Trace, rnd: RoundRecord) -> str:
+    if rnd.search:
+        return search_headline(trace, rnd)
     reason = (rnd.rule or {}).get("reason", "")
     why = {"rule": "stopped by the rule", "limit": "hit the draft limit", "budget": "token budget",
            "no-match": "no n-gram match", "eos": "drafted end-of-sequence", "none": "no drafting"}.get(reason, reason)
@@ -238,16 +317,18 @@ def _title(trace: Trace, rnd: RoundRecord) -> str:
 
 
 def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
-    groups = {"path": ([], []), "extra": ([], []), "other": ([], [])}
+    groups = {"path": ([], []), "extra": ([], []), "other": ([], []), "pool": ([], [])}
     for parent, child in graph.edges:
         data = graph.nodes[child]
-        key = "extra" if data.get(EXTRA) else "path" if data["status"] == "accepted" else "other"
+        key = "extra" if data.get(EXTRA) else "path" if data["status"] == "accepted" else \
+            "pool" if data["status"] == "pool" else "other"
         xs, ys = groups[key]
         xs += [pos[parent][0], pos[child][0], None]
         ys += [pos[parent][1], pos[child][1], None]
     styles = {"path": dict(color=STATUS_COLORS["accepted"], width=4),
               "extra": dict(color="#555", width=2, dash="dot"),
-              "other": dict(color="#b8b8b8", width=1.5)}
+              "other": dict(color="#b8b8b8", width=1.5),
+              "pool": dict(color="#e4e4e4", width=1, dash="dot")}
     for key, (xs, ys) in groups.items():
         if xs:
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=styles[key], hoverinfo="skip",
@@ -255,30 +336,33 @@ def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
 
 
 def _add_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, ids: list[int], status: str,
-               hovers: list[str]) -> None:
+               hovers: list[str], large: bool = False, view: PoolView | None = None) -> None:
+    by_value = status == "not_reached" and view is not None
+    marker = _value_marker(ids, view, large) if by_value else _marker(status, large)
     fig.add_trace(go.Scatter(
-        x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name=STATUS_LABELS[status],
-        text=[visible_token(graph.nodes[n]["text"], 14) for n in ids], textposition="top center",
-        textfont=dict(size=13, color="#222"),
-        marker=_marker(status),
+        x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text",
+        name=STATUS_LABELS[status] + (" (fill: value)" if by_value else ""),
+        text=[visible_token(graph.nodes[n]["text"], 10 if large else 14) for n in ids],
+        textposition="middle right" if large else "top center",
+        textfont=dict(size=10 if large else 13, color="#222"),
+        marker=marker,
         customdata=[[n, status] for n in ids], meta=status,
         hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>",
     ))
 
 
-def _marker(status: str) -> dict:
+def _marker(status: str, large: bool = False) -> dict:
     """Colour and symbol: a hollow symbol is drawn by its outline alone (plotly strokes it in the marker colour)."""
     symbol = STATUS_SYMBOLS[status]
     outline = dict(width=2.5) if symbol.endswith("-open") else dict(width=1, color="#333")
     color = "#8a8a8a" if status == "not_reached" else STATUS_COLORS[status]
-    return dict(size=18, color=color, symbol=symbol, line=outline)
+    return dict(size=12 if large else 18, color=color, symbol=symbol, line=outline)
 
 
-def empty_figure(message: str, height: int = 300, width: int = 40) -> go.Figure:
-    """A figure that only says something; the message is wrapped so it fits a half-width or phone-width plot."""
-    fig = go.Figure()
-    fig.add_annotation(text=wrap_title(message, width), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=13, color="#555"))
-    fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
-                      margin=dict(l=10, r=10, t=20, b=10))
-    return describe(fig, message)
+def _value_marker(ids: list[int], view: PoolView, large: bool) -> dict:
+    """Sent drafts the target never reached, filled by log10(value) with a colour bar."""
+    values = [float(view.entry[n]["value"]) if n in view.entry else 1e-3 for n in ids]
+    return dict(size=12 if large else 18, symbol="circle", line=dict(width=1, color="#777"),
+                color=[math.log10(max(v, 1e-3)) for v in values], colorscale=VALUE_SCALE, cmin=-3, cmax=0,
+                colorbar=dict(title=dict(text="value", side="right"), tickvals=[-3, -2, -1, 0],
+                              ticktext=["0.001", "0.01", "0.1", "1"], thickness=10, len=0.5, x=1.0, y=0.5))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import plotly.graph_objects as go
+
 # Okabe-Ito: distinguishable under protanopia, deuteranopia and tritanopia.
 OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73", "yellow": "#F0E442",
              "blue": "#0072B2", "vermillion": "#D55E00", "reddish purple": "#CC79A7", "black": "#000000"}
@@ -173,3 +175,13 @@ PAGE_JS = """
   label();
 }
 """
+
+
+def empty_figure(message: str, height: int = 300, width: int = 40) -> go.Figure:
+    """A figure that only says something; the message is wrapped so it fits a half-width or phone-width plot."""
+    fig = go.Figure()
+    fig.add_annotation(text=wrap_title(message, width), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=13, color="#555"))
+    fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=20, b=10))
+    return describe(fig, message)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from decoders.options import DRAFTERS, RULES
+from decoders.options import DRAFTERS, RULES, TREE_DRAFTERS
 
 from . import handlers, race, whisper_tab
 from . import claims, glossary, teach
-from .controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, control_states, draft_choices, example_states, lam_for, \
-    opening_value
+from .controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, draft_choices, \
+    example_states, lam_for, opening_value
 from .hosting import registry_only
 from .render_race import RACE_CSS, leviathan_figure, race_table_html, speed_figure
 from .render_stats import STATS_CSS
@@ -89,10 +89,18 @@ def _controls() -> dict:
     with gr.Accordion("Speculation", open=True):
         # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
         # values against the choices a component was built with, so narrow ones would refuse valid API runs.
-        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="Drafter", elem_id="sl-drafter",
+        c["drafter"] = gr.Radio(list(DRAFTERS + TREE_DRAFTERS), value=d.drafter, label="Drafter",
+                                elem_id="sl-drafter",
                                 info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
                                      "followed the same n-gram earlier in the text. layer-skip: the target itself "
-                                     "with some layers skipped.")
+                                     "with some layers skipped. eagle2: a tree of drafts grown by confidence "
+                                     "(EAGLE-2), verified in one forward. ddd: EAGLE-2 that stops growing when the "
+                                     "tree's confidence falls (Dynamic Depth Decoding).")
+        c["eagle_head"] = gr.Radio([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),
+                                   label="Tree grown by", elem_id="sl-tree-source",
+                                   info="The draft model of the pair, or an EAGLE head: one decoder layer reading "
+                                        "the target's own features (assets/eagle/README.md says how it was trained "
+                                        "and how well it drafts).")
         c["draft_model"] = gr.Dropdown(draft_choices(d.model), value=shown["draft_model"]["value"],
                                        label="Draft model", allow_custom_value=not registry_only(),
                                        info="Only for the draft-model drafter; must share the target's vocabulary "
@@ -115,6 +123,7 @@ def _controls() -> dict:
         c["skip_layers"] = gr.Textbox(label="Layers to skip (layer-skip)", placeholder="e.g. 9,11,13",
                                       info="Comma-separated layer indices; blank = every odd layer in the middle "
                                            "of the stack. Layer 0 always runs.")
+        c.update(_tree_controls(d))
     with gr.Accordion("Sampling and length", open=False):
         c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="max new tokens", elem_id="sl-max-tokens",
                                         info="Stop after this many generated tokens (prompt + this must fit the "
@@ -139,6 +148,28 @@ def _controls() -> dict:
     return c
 
 
+def _tree_controls(d) -> dict:
+    """EAGLE-2's K, D, M and DDD's S, x, n, w; the defaults are the papers' (decoders/options.py says which)."""
+    c = {}
+    c["tree_k"] = gr.Slider(1, 20, value=d.tree_k, step=1, label="K (children per expanded node)",
+                            info="Each expanded node adds its K most likely next tokens to the pool. "
+                                 "EAGLE-2 paper: 10.")
+    c["tree_depth"] = gr.Slider(1, 12, value=d.tree_depth, step=1, label="D (expansion steps, EAGLE-2)",
+                                info="How many times the frontier grows: the deepest draft. EAGLE-2 paper: 6.")
+    c["tree_m"] = gr.Slider(1, 128, value=d.tree_m, step=1, label="M (draft nodes sent to the target)",
+                            info="The pool's M most valuable nodes (value = product of draft probabilities on the "
+                                 "path) are verified in one forward. EAGLE-2 paper: 60 tokens with the root.")
+    c["ddd_checks"] = gr.Textbox(value=",".join(str(s) for s in d.ddd_checks), label="S (DDD: steps that check)",
+                                 info="Expansion steps where DDD checks its confidence H. DDD paper: 5,7,9.")
+    c["ddd_x"] = gr.Slider(-3.0, 0.0, value=d.ddd_x, step=0.05, label="x (DDD: stop threshold)",
+                           info="Stop growing when H = logsumexp of the frontier's log-values < x. DDD paper: −0.3.")
+    c["ddd_steps"] = gr.Slider(1, 16, value=d.ddd_steps, step=1, label="n (DDD: most expansion steps)",
+                               info="Growth stops after n steps even when confident. DDD paper: 11.")
+    c["ddd_width"] = gr.Slider(1, 20, value=d.ddd_width, step=1, label="w (DDD: frontier width)",
+                               info="Frontier nodes expanded per step. DDD paper: 10.")
+    return c
+
+
 def _outputs(initial: dict) -> dict:
     o = {}
     o["status"] = gr.Markdown(initial.get("status", ""), elem_id="sl-status")
@@ -153,10 +184,13 @@ def _outputs(initial: dict) -> dict:
     o["slider"] = gr.Slider(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1,
                             label="Round", elem_id="sl-round",
                             info="Scrub through the rounds: the tree and the rule panel redraw that round.")
-    o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round", elem_id="sl-tree")
+    o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round (drag to pan; zoom with the plot's toolbar)",
+                        elem_id="sl-tree")
     with gr.Row(elem_id="sl-rule-row"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
-        o["positions"] = gr.Plot(initial.get("positions"), label="Rule: per drafted position", elem_id="sl-positions")
-        o["rounds"] = gr.Plot(initial.get("rounds"), label="Rule: over rounds", elem_id="sl-rounds")
+        o["positions"] = gr.Plot(initial.get("positions"), label="This round: why drafting stopped (rule or tree growth)",
+                                  elem_id="sl-positions")
+        o["rounds"] = gr.Plot(initial.get("rounds"), label="Over the run: draft length, or tree calibration",
+                               elem_id="sl-rounds")
     o["stats"] = gr.HTML(initial.get("stats", ""), elem_id="sl-stats")
     o["stats_plot"] = gr.Plot(initial.get("stats_plot"), label="Acceptance and time", elem_id="sl-stats-plot")
     return o
@@ -296,14 +330,14 @@ def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
     Only a visitor's own edits (`.input`) re-adjust. Examples and lessons set every control at once with its choices
     (controls.example_states); a `.change` handler would fire once per control they set, some while the others
     still held their old values, and a late reply computed from that mix undid the example (seen in CI)."""
-    deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model")]
+    deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model", "eagle_head")]
 
-    def adjust(model, method, drafter, rule, temperature, draft_model):
-        states = control_states(model, method, drafter, rule, temperature, draft_model)
+    def adjust(model, method, drafter, rule, temperature, draft_model, eagle_head):
+        states = control_states(model, method, drafter, rule, temperature, draft_model, eagle_head)
         return tuple(gr.update(**states[name]) for name in DEPENDENT)
 
     demo.load(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
-    for name in ("model", "method", "drafter", "rule", "temperature"):
+    for name in ("model", "method", "drafter", "rule", "temperature", "eagle_head"):
         c[name].input(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
     c["rule"].input(lambda rule: gr.skip() if lam_for(rule) is None else lam_for(rule), [c["rule"]], [c["lam"]],
                     queue=False, show_progress="hidden")
@@ -316,8 +350,9 @@ def _race_tab(c: dict) -> None:
     with gr.Row(elem_id="sl-race-setup"):  # wraps on a narrow screen (theme.PAGE_CSS)
         methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
                                    elem_id="sl-race-methods",
-                                   info="Draft-model methods need a target with a draft pairing "
-                                        "(qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab.")
+                                   info="Draft-model methods and draft-model trees need a target with a draft "
+                                        "pairing (qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab; "
+                                        "EAGLE-head trees need a head for the target (assets/eagle/README.md).")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
                                 info="Tokens per run; every method runs twice (warm-up + timed).")
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")

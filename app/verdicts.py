@@ -38,6 +38,13 @@ def verdict(row: dict) -> str:
     if gamma == 0:
         return (f"{head}: it never drafted (no draft was offered; prompt lookup finds nothing to copy in free "
                 "text), so it can only add overhead.")
+    if row.get("tree"):  # a tree pays one draft forward per expansion step, however many drafts it sends
+        steps = row.get("draft_steps") or 0.0
+        cost = steps * c + (t_ratio or 1.0)
+        numbers = f"each round grew a tree in {steps:.1f} draft forwards at c = {c:.2f} and sent {gamma:.0f} drafts"
+        numbers += f", verified at t(n)/t(1) = {t_ratio:.2f}" if t_ratio else ""
+        numbers += f", a cost of {cost:.2f} target forwards for τ = {tau:.2f} tokens"
+        return _tree_verdict(head, speedup, numbers, steps * c, tau, t_ratio)
     cost = gamma * c + (t_ratio or 1.0)
     numbers = (f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f} and verified them at "
                f"t(n)/t(1) = {t_ratio:.2f}" if t_ratio else f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f}")
@@ -59,6 +66,24 @@ def verdict(row: dict) -> str:
                   "which ate the accepted tokens")
     else:
         reason = "the per-round overheads (bookkeeping, cache trimming) outweighed the accepted tokens"
+    return f"{head}: {numbers}; {reason}."
+
+
+def _tree_verdict(head: str, speedup: float, numbers: str, draft_cost: float, tau: float,
+                  t_ratio: float | None) -> str:
+    """A tree's reason: its growth (steps·c), its wide verification (t(n) of ~60 tokens), or its accepted length."""
+    if speedup >= WIN:
+        return f"{head}: {numbers}; the accepted paths were long enough to pay for growing and verifying the tree."
+    if speedup > 1 / WIN:
+        return f"{head}, a draw within timing noise: {numbers}; gains and costs cancel."
+    if t_ratio and t_ratio - 1 >= draft_cost and t_ratio > 1.2:
+        reason = (f"verifying the whole tree cost {t_ratio:.2f}× one token: on a CPU t(n) grows with n, so the wide "
+                  "trees EAGLE-2 sends on a GPU (where t(60) ≈ t(1)) do not pay here; lower M")
+    elif draft_cost >= tau - 1:
+        reason = (f"growing the tree cost {draft_cost:.2f} target forwards to gain τ − 1 = {tau - 1:.2f} tokens: "
+                  "each expansion step is a draft forward")
+    else:
+        reason = "the per-round overheads (tree masks, bookkeeping) outweighed the accepted tokens"
     return f"{head}: {numbers}; {reason}."
 
 

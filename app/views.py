@@ -9,6 +9,7 @@ from pathlib import Path
 from decoders.trace import Trace
 
 from .render_rule import positions_figure, rounds_figure
+from .render_search import growth_figure, is_tree_trace, run_figure
 from .render_stats import stats_figure, stats_html
 from .render_text import legend_html, provenance_spans
 from .render_tree import tree_figure
@@ -31,8 +32,11 @@ def round_views(trace: Trace, index: int | None) -> dict:
     """The views of one round (default: the last); the legend outlines that round's tokens in the text."""
     if trace.rounds:
         index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
-    return {"tree": tree_figure(trace, index), "positions": positions_figure(trace, index),
-            "rounds": rounds_figure(trace, index), "legend": legend_html(trace, index if trace.rounds else None)}
+    tree = is_tree_trace(trace)  # a tree drafter has no draft-length rule: its panels show the search instead
+    return {"tree": tree_figure(trace, index),
+            "positions": (growth_figure if tree else positions_figure)(trace, index),
+            "rounds": (run_figure if tree else rounds_figure)(trace, index),
+            "legend": legend_html(trace, index if trace.rounds else None)}
 
 
 def shown_round(trace: Trace) -> int:

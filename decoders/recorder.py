@@ -68,13 +68,19 @@ class TraceBuilder:
         if self.record:
             rnd.bonus_text = self.decode([verdict.token])
             rnd.nodes = self._nodes(proposal, verdict, logits, p)
-            rnd.search = proposal.search
+            rnd.search = self._search(proposal.search)
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
         self.trace.rounds.append(rnd)
         self._add_tokens(committed, provenance, index)
         return rnd
+
+    def _search(self, search: dict | None) -> dict | None:
+        """The tree search with each candidate's text, so the page can show what was grown but never sent."""
+        if not search:
+            return search
+        return {**search, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
 
     def _add_tokens(self, committed: list[int], provenance: list[str], index: int) -> None:
         for token, source in zip(committed, provenance):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from app import handlers
+from app.controls import TREE_CONTROLS, opening_value
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -37,7 +38,7 @@ def controls(**overrides) -> list:
               "drafter": "layer-skip", "draft_model": handlers.DEFAULT_DRAFT, "rule": "adaedl", "gamma": 4,
               "max_draft": 6, "lam": 0.5, "ngram": 3, "skip_layers": "", "max_new_tokens": TOKENS,
               "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "chat": True, "live": True}
-    values.update(overrides)
+    values.update({name: opening_value(name) for name in TREE_CONTROLS}, **overrides)  # the page's tree defaults
     return [values[name] for name in handlers.RUN_INPUTS]
 
 

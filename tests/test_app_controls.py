@@ -6,12 +6,13 @@ import itertools
 import pytest
 
 from app import handlers, race
-from app.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTROLS, OPENING, RESTING_LAM_RULE, control_states,
-                          example_row, example_states, lam_for, opening_value)
+from app import controls
+from app.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTROLS, FROM_DRAFT, FROM_HEAD, OPENING, RESTING_LAM_RULE,
+                          control_states, example_row, example_states, lam_for, opening_value)
 from app.ui import example_prompts
 from decoders.api import draft_for
 from decoders.models import REGISTRY
-from decoders.options import DRAFTERS, METHODS, RULES, DecodeOptions, fields_in_use
+from decoders.options import DRAFTERS, METHODS, RULES, TREE_DRAFTERS, DecodeOptions, OptionsError, fields_in_use
 from decoders.rules import make_rule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -28,7 +29,7 @@ def after_adjusting(values: dict, previous_rule: str | None = None) -> dict:
     """What the page holds once the dependent controls have followed a choice (ui._wire_dependent_controls):
     choices filtered, and the λ slider on the rule's own λ whenever the rule changed."""
     states = control_states(values["model"], values["method"], values["drafter"], values["rule"],
-                            values["temperature"], values["draft_model"])
+                            values["temperature"], values["draft_model"], values.get("eagle_head"))
     adjusted = dict(values)
     for name in DEPENDENT:
         if "value" in states[name]:
@@ -149,10 +150,11 @@ def test_the_page_shows_the_opening_values():
     assert by_label["γ (draft length)"]["visible"] is True
     # Built with every drafter and rule (an API call is checked against the built choices and must reach the
     # options' own fix-it messages); the page narrows them on load: SmolLM2 has no same-family draft.
-    assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS)
+    assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS + TREE_DRAFTERS)
     assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
     narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
-    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"]
+    trees = list(TREE_DRAFTERS) if controls.has_head(OPENING.model) else []  # grown by its EAGLE head, if shipped
+    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"] + trees
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
 
@@ -169,3 +171,53 @@ def test_only_a_visitors_own_edits_readjust_the_dependent_controls():
                    and any(target in deciders for target, _ in d["targets"])]
     assert readjusting  # the wiring is still there ...
     assert {event for d in readjusting for target, event in d["targets"] if target in deciders} == {"input"}  # ... on input
+
+
+@pytest.fixture
+def heads(monkeypatch):
+    """Pretend these targets have an EAGLE head (shipped or trained): which ones, set by the test."""
+    have: set[str] = set()
+    monkeypatch.setattr(controls, "has_head", lambda model: model in have)
+    return have
+
+
+def test_tree_drafters_are_offered_where_something_can_grow_the_tree(heads):
+    assert not set(TREE_DRAFTERS) & set(control_states("smollm2-135m", "speculative", "eagle2", "static", 0.0,
+                                                       None)["drafter"]["choices"])
+    paired = control_states("qwen2.5-coder-1.5b", "speculative", "eagle2", "static", 0.0, DEFAULT_DRAFT)
+    assert paired["drafter"]["value"] == "eagle2" and paired["eagle_head"]["value"] == FROM_DRAFT
+    assert paired["draft_model"]["visible"] and paired["tree_depth"]["visible"] and not paired["ddd_x"]["visible"]
+    heads.add("smollm2-135m")
+    single = control_states("smollm2-135m", "speculative", "ddd", "static", 0.0, None, FROM_DRAFT)
+    assert single["drafter"]["value"] == "ddd" and single["eagle_head"]["value"] == FROM_HEAD  # no draft: the head
+    assert [value for _, value in single["eagle_head"]["choices"]] == [FROM_HEAD]
+    assert not single["draft_model"]["visible"] and single["ddd_x"]["visible"] and not single["tree_depth"]["visible"]
+    assert not single["rule"]["visible"] and not single["gamma"]["visible"]  # a tree's shape bounds its depth
+
+
+@pytest.mark.parametrize("model, drafter, source, temperature",
+                         itertools.product(list(REGISTRY), TREE_DRAFTERS, (FROM_DRAFT, FROM_HEAD), (0.0, 0.8)))
+def test_every_tree_choice_reachable_in_the_ui_builds_valid_options(heads, model, drafter, source, temperature):
+    heads.update({"smollm2-135m", "qwen2.5-coder-1.5b"})
+    values = after_adjusting(opening_controls(model=model, method="speculative", drafter=drafter, eagle_head=source,
+                                              temperature=temperature, draft_model=DEFAULT_DRAFT))
+    options = handlers.options_from(values)
+    if options.drafter in TREE_DRAFTERS:
+        assert (options.eagle_head == "auto") == (values["eagle_head"] == FROM_HEAD)
+        assert options.eagle_head is None or options.draft_model is None  # the head replaces the draft model
+    draft_for(options)
+
+
+def test_tree_controls_map_onto_the_papers_options():
+    values = opening_controls(model="qwen2.5-coder-1.5b", method="speculative", drafter="ddd", eagle_head=FROM_HEAD,
+                              draft_model="qwen2.5-coder-0.5b", ddd_checks=" 4, 6 ", ddd_x=-0.5, tree_m=40)
+    options = handlers.options_from(values)
+    assert (options.eagle_head, options.draft_model, options.ddd_checks, options.ddd_x, options.tree_m) == \
+        ("auto", None, (4, 6), -0.5, 40)
+    with pytest.raises(OptionsError, match="5,7,9"):
+        handlers.options_from({**values, "ddd_checks": "five"})
+    with pytest.raises(OptionsError, match="ddd_x"):
+        handlers.options_from({**values, "ddd_x": 0.5})
+    assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m", "ddd_x", "ddd_steps", "ddd_width")] == \
+        [10, 6, 59, -0.3, 11, 10]  # EAGLE-2's K, D, M and DDD's x, n, w, as the papers set them
+    assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_DRAFT

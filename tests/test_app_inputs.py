@@ -8,6 +8,7 @@ import json
 import pytest
 
 from app import handlers, race
+from app.controls import TREE_CONTROLS, opening_value
 from app.session import RunSession
 from app.views import MAX_TRACE_BYTES
 
@@ -19,7 +20,7 @@ def controls(**overrides) -> list:
               "drafter": "draft-model", "draft_model": handlers.DEFAULT_DRAFT, "rule": "adaedl", "gamma": 4,
               "max_draft": 6, "lam": 0.5, "ngram": 3, "skip_layers": "", "max_new_tokens": 12, "temperature": 0.0,
               "top_k": 0, "top_p": 1.0, "seed": 0, "chat": True, "live": True}
-    values.update(overrides)
+    values.update({name: opening_value(name) for name in TREE_CONTROLS}, **overrides)  # the page's tree defaults
     return [values[name] for name in handlers.RUN_INPUTS]
 
 

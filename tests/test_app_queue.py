@@ -7,6 +7,7 @@ import time
 import pytest
 
 from app import handlers
+from app.controls import TREE_CONTROLS, opening_value
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -50,7 +51,7 @@ def controls(**overrides) -> list:
               "drafter": "layer-skip", "draft_model": None, "rule": "adaedl", "gamma": 4, "max_draft": 6,
               "lam": 0.5, "ngram": 3, "skip_layers": "", "max_new_tokens": 200, "temperature": 0.0, "top_k": 0,
               "top_p": 1.0, "seed": 0, "chat": False, "live": True}
-    values.update(overrides)
+    values.update({name: opening_value(name) for name in TREE_CONTROLS}, **overrides)  # the page's tree defaults
     return [values[name] for name in handlers.RUN_INPUTS]
 
 

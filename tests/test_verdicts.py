@@ -77,3 +77,34 @@ def test_the_race_yields_one_verdict_per_method(monkeypatch):
     assert "race_error" not in updates[-1] or not updates[-1]["race_error"], updates[-1]
     text = updates[-1]["race_verdicts"]
     assert text.count("\n- ") == 1 and "yardstick" in text and "t(n)/t(1) = " in text
+
+
+def _tree_row(speedup, tau=2.5, gamma=59.0, c=0.1, t_ratio=1.0, steps=6.0):
+    return {**_row(speedup, tau=tau, gamma=gamma, c=c, alpha=None, t_ratio=t_ratio), "tree": True,
+            "draft_steps": steps}
+
+
+def test_a_tree_pays_per_expansion_step_not_per_draft_sent():
+    """59 drafts from 6 draft forwards cost 6·c, not 59·c: a chain's γ·c would call this tree 10× too costly."""
+    text = verdicts.verdict(_tree_row(0.8, tau=1.5, c=0.1, t_ratio=1.1, steps=6.0))
+    assert "6.0 draft forwards" in text and "sent 59 drafts" in text and "cost of 1.70 target forwards" in text
+    assert "growing the tree cost 0.60" in text
+
+
+def test_a_tree_that_loses_to_its_wide_verification_says_so():
+    text = verdicts.verdict(_tree_row(0.5, tau=2.5, c=0.02, t_ratio=3.0, steps=6.0))
+    assert "verifying the whole tree cost 3.00×" in text and "lower M" in text
+
+
+def test_a_tree_run_has_no_chain_alpha(tiny, drafts):
+    from app.render_race import race_row
+    from decoders import DecodeOptions, generate
+
+    base = generate(DecodeOptions(max_new_tokens=12), [3, 9, 4], target=tiny)
+    tree = generate(DecodeOptions(method="speculative", drafter="eagle2", tree_k=4, tree_depth=4, tree_m=12,
+                                  max_new_tokens=12), [3, 9, 4], target=tiny, draft=drafts["noisy"])
+    row = race_row(tree, base)
+    assert row["tree"] and row["alpha"] is None and row["gamma"] > 4  # many drafts per round ...
+    assert row["draft_steps"] == pytest.approx(sum(r.draft_forwards for r in tree.rounds if r.n_drafted)
+                                               / sum(1 for r in tree.rounds if r.n_drafted))  # ... few forwards
+    assert row["draft_steps"] < row["gamma"]
