@@ -13,6 +13,7 @@ from typing import Iterator
 import gradio as gr
 
 from decoders.options import DecodeOptions, OptionsError
+from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
 from .handlers import DEFAULT_DRAFT, dtype_line, gpu, load_models, model_error_types
@@ -39,6 +40,10 @@ PRESETS = {
     "EAGLE-2 tree · draft model (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16),
     "DDD tree · draft model (M=16)": dict(drafter="ddd", tree_k=4, tree_m=16),
     "EAGLE-2 tree · EAGLE head (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16, eagle_head="auto"),
+    # Beams search for a different output than greedy decoding: raced for their speed and KV memory, not equality.
+    "beam search · width 4 (temperature 0)": dict(method="beam-search", width=4),
+    "beam sampling · width 4 (temperature > 0)": dict(method="beam-sampling", width=4),
+    "DSBD · width 4 (temperature > 0)": dict(method="dsbd", width=4, gamma=4),
 }
 DEFAULT_METHODS = ["prompt lookup · static γ=4", "layer skip · AdaEDL"]
 
@@ -65,11 +70,13 @@ def race_options(values: dict) -> list[DecodeOptions]:
     check_model_allowed(draft if draft != DEFAULT_DRAFT else None, "draft model")
     runs = [base.validate()]
     for name in methods:
-        preset = dict(PRESETS[name])
-        grows_from_draft = preset["drafter"] == "draft-model" or "tree_m" in preset and "eagle_head" not in preset
-        if grows_from_draft and draft and draft != DEFAULT_DRAFT:
+        preset = {"method": "speculative", **PRESETS[name]}
+        drafter = preset.get("drafter")
+        uses_draft = drafter == "draft-model" or preset["method"] == "dsbd" or \
+            "tree_m" in preset and "eagle_head" not in preset
+        if uses_draft and draft and draft != DEFAULT_DRAFT:
             preset["draft_model"] = draft
-        runs.append(replace(base, method="speculative", **preset).validate())
+        runs.append(replace(base, **preset).validate())
     return runs
 
 
@@ -120,8 +127,9 @@ def race(*values, progress=gr.Progress()) -> Iterator[dict]:
         started = time.monotonic()
         yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
         for i, data in enumerate(race_runs([o.to_dict() for o in runs], prompt)):
-            traces.append(Trace.from_dict(data))
-            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0])} for t in traces]
+            traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
+            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
+                    for t in traces]
             done = len(traces) == len(runs)
             status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
                 f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \

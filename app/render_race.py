@@ -12,7 +12,8 @@ import html
 
 import plotly.graph_objects as go
 
-from decoders.options import TREE_DRAFTERS
+from decoders.beams.trace import BeamTrace
+from decoders.options import BEAM_METHODS, TREE_DRAFTERS
 from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
 
@@ -21,12 +22,14 @@ from .render_tree import empty_figure
 from .theme import OKABE_ITO, describe, title_margin, wrap_title
 
 
-def race_row(trace: Trace, baseline: Trace | None) -> dict:
+def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:
     """One line of the race table (plain data)."""
     t = totals(trace)
     b = totals(baseline) if baseline is not None else None
     speed = t["tokens_per_second"]
     speedup = speed / b["tokens_per_second"] if b and speed and b["tokens_per_second"] else None
+    if isinstance(trace, BeamTrace):
+        return _beam_row(trace, t, baseline, speed, speedup)
     drafting = [r for r in trace.rounds if r.n_drafted > 0]
     gamma = sum(r.n_drafted for r in drafting) / len(drafting) if drafting else 0.0
     # A tree sends many drafts per round but pays per expansion step (one draft forward each): its cost is in steps.
@@ -44,9 +47,20 @@ def race_row(trace: Trace, baseline: Trace | None) -> dict:
     return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
             "spread": (min(timed), max(timed)) if len(timed) > 1 else None, "timed_runs": len(timed) or 1,
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
-            "tree": tree, "draft_steps": steps,
+            "tree": tree, "draft_steps": steps, "peak_kv_bytes": t.get("peak_kv_bytes"),
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
+
+
+def _beam_row(trace: BeamTrace, t: dict, baseline: Trace | None, speed, speedup) -> dict:
+    """A beam method's line: speed and KV memory; it searches for another output, so τ, α, γ and c do not apply."""
+    timed = t.get("timed_tokens_per_second") or []
+    return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
+            "spread": (min(timed), max(timed)) if len(timed) > 1 else None, "timed_runs": len(timed) or 1,
+            "tau": None, "acceptance_rate": None, "gamma": 0.0, "c": None, "alpha": None, "tree": False,
+            "draft_steps": 0.0, "peak_kv_bytes": t.get("peak_kv_bytes"), "width": (trace.options or {}).get("width"),
+            "identical": baseline is not None and trace.output_ids == baseline.output_ids, "tokens": t["tokens"],
+            "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
 
 
 HEADERS = [
@@ -58,6 +72,8 @@ HEADERS = [
     ("acceptance", "accepted draft tokens ÷ drafted tokens"),
     ("γ", "mean drafted tokens per round that drafted (a tree: the drafts sent to the target)"),
     ("c", "draft seconds per draft forward ÷ baseline target seconds per target forward"),
+    ("KV memory", "the most key/value cache the run held: the target's peak plus the draft's (beams: every beam's "
+                  "row), measured from the cache tensors"),
     ("same as baseline", "whether the output tokens equal the baseline's; at temperature 0 they must "
                          "(bfloat16 can drift on near-ties)"),
 ]
@@ -70,14 +86,15 @@ def race_table_html(rows: list[dict]) -> str:
                    for n, h in HEADERS)
     body = []
     for row in rows:
-        same = "—" if row["method"] == "baseline" else ("yes" if row["identical"] else
+        same = "—" if row["method"] == "baseline" else "n/a (searches for another output)" \
+            if row["method"] in BEAM_METHODS else ("yes" if row["identical"] else
                                                         "no" if row["greedy"] else "no (sampling)")
         speed = _f(row["tokens_per_second"], "{:.1f}")
         if row.get("spread"):
             speed += " ({:.1f}–{:.1f})".format(*row["spread"])
         cells = [row["label"], speed, _f(row["speedup"], "{:.2f}×"),
                  _f(row["tau"]), _f(row["acceptance_rate"], "{:.0%}"),
-                 _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), same]
+                 _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), memory_text(row.get("peak_kv_bytes")), same]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return (f'<div class="sl-race-wrap"><table class="sl-race"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
@@ -85,6 +102,12 @@ def race_table_html(rows: list[dict]) -> str:
 
 def _f(value, fmt: str = "{:.2f}") -> str:
     return "—" if value is None else fmt.format(value)
+
+
+def memory_text(value) -> str:
+    if not value:
+        return "—"
+    return f"{value / 2 ** 10:.0f} KiB" if value < 2 ** 20 else f"{value / 2 ** 20:.1f} MiB"
 
 
 def speed_figure(rows: list[dict], height: int = 400) -> go.Figure:

@@ -6,8 +6,10 @@ speed-up is τ / (γ·c + t_ratio). Whichever term keeps it under 1 is the reaso
 """
 from __future__ import annotations
 
+from decoders.options import BEAM_METHODS
 from decoders.trace import Trace
 
+from .render_race import memory_text
 from .render_stats import totals
 
 WIN = 1.05  # above this a speed-up is called a win; between 1/WIN and WIN it is a draw (timing noise)
@@ -33,6 +35,8 @@ def verdict(row: dict) -> str:
         return f"**{label}**: one target forward per token, the yardstick every other speed is divided by."
     if speedup is None:
         return f"**{label}**: no speed measured (the run produced no timed tokens)."
+    if row["method"] in BEAM_METHODS:
+        return _beam_verdict(row, label, speedup)
     tau, gamma, c, t_ratio = row.get("tau") or 1.0, row.get("gamma") or 0.0, row.get("c") or 0.0, row.get("t_ratio")
     head = f"**{label}** ran at {speedup:.2f}× the baseline"
     if gamma == 0:
@@ -67,6 +71,19 @@ def verdict(row: dict) -> str:
     else:
         reason = "the per-round overheads (bookkeeping, cache trimming) outweighed the accepted tokens"
     return f"{head}: {numbers}; {reason}."
+
+
+def _beam_verdict(row: dict, label: str, speedup: float) -> str:
+    """Beams do more work per token than greedy decoding, by design: the sentence says what that costs."""
+    width = row.get("width") or 0
+    memory = row.get("peak_kv_bytes")
+    held = f" and held {memory_text(memory)} of KV cache" if memory else ""
+    what = {"beam-search": "keeps the best of many continuations", "beam-sampling": "samples several continuations",
+            "dsbd": "drafts a forest of beams with the small model and verifies it in one target forward, choosing "
+                    "each layer's width from the draft's agreement"}[row["method"]]
+    return (f"**{label}** ran at {speedup:.2f}× the baseline{held}: it {what}, so each target forward scores up to "
+            f"{width} rows instead of one. It answers a different question (a better or more diverse sequence), "
+            f"so its output is not meant to equal greedy decoding; compare it with the other beam methods.")
 
 
 def _tree_verdict(head: str, speedup: float, numbers: str, draft_cost: float, tau: float,

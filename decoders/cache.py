@@ -19,6 +19,15 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
+def bytes_held(cache: DynamicCache) -> int:
+    """Bytes held by the cache's key and value tensors (what a run costs in KV memory right now)."""
+    total = 0
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            total += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+    return total
+
+
 def length(cache: DynamicCache) -> int:
     """Number of tokens cached (as layer 0 sees it; layer 0 always runs)."""
     return cache.get_seq_length()

@@ -76,6 +76,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
     finally:
         builder.trace.decode_seconds = clock.total()
         builder.finish(stop_reason)
+        # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
+        builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
         drafter.close()
         target.release()
 

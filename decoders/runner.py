@@ -21,6 +21,7 @@ class CachedModel:
         self.model = model
         self.device = next(model.parameters()).device
         self.cache = kv.new_cache(model)
+        self.peak_bytes = 0  # the most KV memory this runner's cache has held after a forward, over its whole life
 
     @property
     def length(self) -> int:
@@ -34,6 +35,7 @@ class CachedModel:
         positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # (1, n)
         out = self.model(input_ids=ids, position_ids=positions, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=1 if last_only else 0)
+        self._note_peak()
         return out.logits[0]  # (n, V) or (1, V)
 
     @torch.inference_mode()
@@ -57,9 +59,13 @@ class CachedModel:
                         "sliding_attention": kv.sliding_tree_mask(self.cache, mask, positions[0], window)}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
                          use_cache=True, output_hidden_states=hidden)
+        self._note_peak()
         if hidden:
             return out.logits[0], out.hidden_states[-1][0]  # (N+1, V), (N+1, H)
         return out.logits[0]  # (N+1, V)
+
+    def _note_peak(self) -> None:
+        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))
 
     def drop_last(self, n: int, layers: list[int] | None = None) -> None:
         kv.drop_last(self.cache, n, layers)

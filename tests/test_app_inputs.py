@@ -37,8 +37,9 @@ def tiny_models(monkeypatch, tiny, drafts):
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
     monkeypatch.setattr(handlers, "load", fake_load)
-    monkeypatch.setattr(handlers, "draft_name", lambda o: "tiny-draft" if o.drafter == "draft-model" and
-                        o.method == "speculative" else None)
+    from decoders.api import needs_draft_model
+
+    monkeypatch.setattr(handlers, "draft_name", lambda o: "tiny-draft" if needs_draft_model(o) else None)
 
 
 def assert_error(results: list[dict], *needles: str) -> str:
@@ -291,6 +292,35 @@ def test_race_runs_on_tiny_models(tiny_models):
     status = final["race_status"]
     assert f"median of {race.TIMED_RUNS} timed runs" in status and "temperature 0 (greedy)" in status
     assert "“abcabcabcabc”" in status and "float32" in status
+
+
+def race_tiny(methods: list[str], temperature: float = 0.0) -> dict:
+    values = {"prompt": "abcabcabcabc", "model": "tiny", "dtype": "float32", "draft_model": handlers.DEFAULT_DRAFT,
+              "methods": methods, "max_new_tokens": 16, "temperature": temperature, "seed": 0}
+    return list(race.race(*[values[n] for n in race.RACE_INPUTS], progress=lambda *a, **k: None))[-1]
+
+
+def test_race_runs_trees_losslessly_and_counts_their_draft_forwards(tiny_models):
+    final = race_tiny(["EAGLE-2 tree · draft model (M=16)", "DDD tree · draft model (M=16)"])
+    assert not final.get("race_error")
+    assert final["race_table"].count("<td>yes</td>") == 2  # greedy float32 trees equal the baseline
+    assert final["race_verdicts"].count("draft forwards") == 2
+    assert len(re.findall(r"<td>[\d.]+ [KM]iB</td>", final["race_table"])) == 3  # every row states its KV memory
+
+
+def test_race_puts_beam_methods_memory_next_to_their_speed(tiny_models):
+    final = race_tiny(["beam sampling · width 4 (temperature > 0)", "DSBD · width 4 (temperature > 0)"], 1.0)
+    assert not final.get("race_error"), final.get("race_error")
+    table = final["race_table"]
+    assert table.count("n/a (searches for another output)") == 2
+    memory = [float(m) * {"K": 1, "M": 1024}[unit] for m, unit in re.findall(r"<td>([\d.]+) ([KM])iB</td>", table)]
+    assert len(memory) == 3 and min(memory[1:]) > memory[0]  # four beams hold more cache than one sequence
+    assert final["race_verdicts"].count("up to 4 rows") == 2
+
+
+def test_race_refuses_beam_search_while_sampling_with_the_fix():
+    final = race_tiny(["beam search · width 4 (temperature 0)"], 0.7)
+    assert "set temperature 0" in final["race_error"] and "Traceback" not in final["race_error"]
 
 
 def test_race_times_each_method_several_times_and_shows_the_median_and_range(tiny_models, monkeypatch):

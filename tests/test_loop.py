@@ -105,3 +105,26 @@ def test_verify_dispatches_on_whether_p_is_given():
     p = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])  # (2, V): accept 2 for sure, then the bonus is 1
     sampled = core.verify(tree, logits, p, torch.Generator().manual_seed(0))
     assert (sampled.path, sampled.token) == ([1], 1) and sampled.checks[0].uniform is not None
+
+
+def _kv_bytes(model, positions: int) -> int:
+    """One sequence's KV cache over `positions` positions, from the config: 2 (K, V) x layers x heads x dim x 4."""
+    c = model.config
+    heads = c.num_key_value_heads or c.num_attention_heads
+    return 2 * c.num_hidden_layers * heads * (c.hidden_size // c.num_attention_heads) * positions * 4
+
+
+def test_peak_kv_memory_is_measured_from_the_caches(tiny, drafts):
+    from decoders import generate
+
+    prompt = [3, 9, 4, 1, 7]
+    base = generate(DecodeOptions(max_new_tokens=12), prompt, target=tiny)
+    # the baseline's cache ends holding the prompt and every output token but the last (still pending)
+    assert base.totals["peak_kv_bytes"] == _kv_bytes(tiny.model, len(prompt) - 1 + 12)
+    chain = generate(DecodeOptions(method="speculative", drafter="draft-model", gamma=4, max_new_tokens=12), prompt,
+                     target=tiny, draft=drafts["noisy"])
+    tree = generate(DecodeOptions(method="speculative", drafter="eagle2", tree_k=4, tree_depth=4, tree_m=20,
+                                  max_new_tokens=12), prompt, target=tiny, draft=drafts["noisy"])
+    # drafts sit in both caches before verification: the target's peak holds a round's drafts, plus the draft's own
+    assert chain.totals["peak_kv_bytes"] > base.totals["peak_kv_bytes"] + _kv_bytes(drafts["noisy"].model, 4)
+    assert tree.totals["peak_kv_bytes"] > chain.totals["peak_kv_bytes"]  # 20 tree nodes verified at once

@@ -61,11 +61,7 @@ class BeamRows:
 
     def kv_bytes(self) -> int:
         """Bytes held by the cache's key/value tensors (what beams cost in memory)."""
-        total = 0
-        for layer in self.cache.layers:
-            if getattr(layer, "is_initialized", False):
-                total += layer.keys.numel() * layer.keys.element_size() * 2
-        return total
+        return kv.bytes_held(self.cache)
 
     def release(self) -> None:
         self.cache = kv.new_cache(self.model)

@@ -51,6 +51,10 @@ class Drafter:
         states of every node, given only to a drafter that sets wants_target_hidden.
         """
 
+    def kv_peak_bytes(self) -> int:
+        """The most KV memory the drafter's own cache held (a draft model's, an EAGLE head's); 0 for none."""
+        return 0
+
     def close(self) -> None:
         """Release caches."""
 

@@ -27,5 +27,8 @@ class DraftModelDrafter(Drafter):
         fed_drafts = self.runner.length - n_before
         self.runner.drop_last(fed_drafts - min(fed_drafts, n_accepted))
 
+    def kv_peak_bytes(self) -> int:
+        return self.runner.peak_bytes
+
     def close(self) -> None:
         self.runner.release()

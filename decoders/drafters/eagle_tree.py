@@ -27,6 +27,7 @@ class EagleTreeDrafter(Drafter):
         self.name = name
         self.device = next(head.parameters()).device
         self.cache = kv.new_cache(head)
+        self.peak_bytes = 0
         self.known: list[torch.Tensor] = []  # real target features (d,) for positions fed .. fed + len - 1
         self.root_hidden: torch.Tensor | None = None  # (d,) the head's guess of the pending token's feature
         self.root_logits: torch.Tensor | None = None  # (V or N,) the head's logits after the pending token
@@ -61,6 +62,7 @@ class EagleTreeDrafter(Drafter):
             return self._full_vocab(draft_log_probs(logits, warp))
 
         growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit)
+        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))  # the whole tree's pairs are cached now
         kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
         return tree_proposal(self.name, ids[-1], growth, self.shape.m, record)
 
@@ -95,6 +97,9 @@ class EagleTreeDrafter(Drafter):
                           device=logq.device)  # (…, V)
         full[..., self.head.vocab_ids] = logq
         return full
+
+    def kv_peak_bytes(self) -> int:
+        return self.peak_bytes
 
     def close(self) -> None:
         self.cache = kv.new_cache(self.head)

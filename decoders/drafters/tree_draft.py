@@ -231,6 +231,9 @@ class DynamicTreeDrafter(Drafter):
                                past_key_values=runner.cache, use_cache=True)
         return out.logits[0]  # (F, V)
 
+    def kv_peak_bytes(self) -> int:
+        return self.runner.peak_bytes
+
     def close(self) -> None:
         self.runner.release()
 
