@@ -42,7 +42,7 @@ class Method:
 
     @property
     def needs_draft(self) -> bool:
-        return self.kind == "draft-model"
+        return self.kind == "draft-model" or self.kind in ("eagle2", "ddd") and "eagle_head" not in self.options
 
     @property
     def greedy(self) -> bool:
@@ -147,6 +147,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "accepted": totals["accepted"],
         "acceptance_rate": totals["acceptance_rate"],
         "phase_seconds": totals["seconds"],
+        "peak_kv_bytes": totals.get("peak_kv_bytes"),
         "recorder_seconds": timer.seconds,
         "stop_reason": trace.stop_reason,
         "rounds_first_tokens": first_tokens,

@@ -1,0 +1,129 @@
+"""Draft trees on real weights: EAGLE-2 and DDD next to a chain drafter and the baseline, same prompts, same run.
+
+    python -m bench.trees                              # SmolLM2-135M, trees grown by its EAGLE head
+    python -m bench.trees --target qwen2.5-coder-1.5b  # the Qwen pair, trees grown by the 0.5B draft model
+
+Every method runs on every prompt in every repetition, interleaved (bench/runner.py); speed-ups are per-repetition
+ratios against the baseline of the same prompt and repetition. Each tree runs twice: with the papers' shape
+(EAGLE-2: K 10, D 6, M 59; DDD: S 5,7,9, x −0.3, n 11, w 10, M 59) and with a CPU-sized one (M 16), because on a
+CPU verifying n tokens costs more than one (t(n) grows) while the papers measured on GPUs where t(60) ≈ t(1).
+Writes bench/results/trees-<target>.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import report
+from .__main__ import load_prompts
+from .runner import Method, mark_identity, ours, run_suite, set_threads
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PAPER_EAGLE2 = dict(tree_k=10, tree_depth=6, tree_m=59)
+PAPER_DDD = dict(tree_k=10, tree_m=59)  # S, x, n, w: DecodeOptions' defaults are the DDD paper's
+CPU_SIZED = dict(tree_k=4, tree_depth=5, tree_m=16)
+
+
+def methods_for(grown_by_head: bool) -> list[Method]:
+    """Baseline, a chain drafter and the trees, on the grower the target has."""
+    head = {"eagle_head": "auto"} if grown_by_head else {}
+    grower = "EAGLE head" if grown_by_head else "draft model"
+    chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
+        else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
+    return [ours("ours/baseline", "baseline", "baseline"), chain,
+            ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
+            ours("ours/eagle2-cpu", f"EAGLE-2 · {grower} · K4 D5 M16", "eagle2", **head, **CPU_SIZED),
+            ours("ours/ddd-paper", f"DDD · {grower} · M59, S 5,7,9, x −0.3 (paper)", "ddd", **head, **PAPER_DDD),
+            ours("ours/ddd-cpu", f"DDD · {grower} · K4 M16", "ddd", **head, tree_k=4, tree_m=16)]
+
+
+def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
+    rows = []
+    for m in methods:
+        mine = [r for r in records if r["method"] == m.key]
+        ratio = report.ratio_over(records, m.key, "ours/baseline") if m.key != "ours/baseline" else None
+        same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
+        rows.append({"method": m.key, "label": m.label, "runs": len(mine),
+                     "tok_s": report.median([r["tok_s"] for r in mine]),
+                     "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
+                     "tau": report.median([r["tau"] for r in mine]),
+                     "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1)
+                                                          for r in mine]),
+                     "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1)
+                                                         for r in mine]),
+                     "peak_kv_mib": report.median([r.get("peak_kv_bytes", 0) / 2 ** 20 for r in mine]),
+                     "identical": f"{sum(same)}/{len(same)}"})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    lines = [f"# Draft trees on {s['target']} ({s['dtype']}, {s['device']})", "",
+             f"`{s['command']}` · {s['prompts']} prompts ({', '.join(s['kinds'])}) × {s['reps']} repetitions × "
+             f"{s['max_new_tokens']} new tokens · greedy · {s['threads']} threads · {s['machine']} · "
+             f"{s['minutes']:.0f} min", "",
+             "Speed-up = median over prompts of the per-repetition ratio to the baseline of the same prompt and "
+             "repetition (range of all ratios in brackets). τ = new tokens ÷ target forwards (prefill included). "
+             "Accepted/drafted per round: drafts accepted and drafts sent to the target per verification. Peak KV: "
+             "the target's cache peak plus the drafter's. Same as baseline: runs whose tokens equal the greedy "
+             "baseline's.", "",
+             "| method | tokens/s | speed-up | τ | accepted / round | sent / round | peak KV | same as baseline |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        spread = f" ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["spread"] else ""
+        lines.append(f"| {r['label']} | {report._f(r['tok_s'], 1)} | "
+                     f"{report._f(r['speedup'], 2, '×') if r['speedup'] else '1 (yardstick)'}{spread} | "
+                     f"{report._f(r['tau'])} | {report._f(r['accepted_per_round'])} | "
+                     f"{report._f(r['drafted_per_round'], 1)} | {report._f(r['peak_kv_mib'], 1)} MiB | "
+                     f"{r['identical']} |")
+    lines += ["", result.get("note", "")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.trees", description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--per-kind", type=int, default=2)
+    parser.add_argument("--kinds", default="chat,code-writing,code-editing")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", default=None, help="output stem (default bench/results/trees-<target>)")
+    args = parser.parse_args(argv)
+    from decoders.models import REGISTRY, load_model
+
+    threads = set_threads(args.threads)
+    entry = REGISTRY.get(args.target)
+    draft_name = entry.default_draft if entry is not None else None
+    models = {"target": load_model(args.target, dtype="float32")}
+    if draft_name:
+        models["draft"] = load_model(draft_name, dtype="float32")
+    methods = methods_for(grown_by_head=draft_name is None)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    prompts = load_prompts(args.per_kind, kinds)
+    began = time.monotonic()
+    records = run_suite(methods, models, prompts, args.reps, args.max_new_tokens)
+    mark_identity(records)
+    result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32",
+                           "device": str(models["target"].device), "prompts": len(prompts), "kinds": kinds,
+                           "reps": args.reps, "max_new_tokens": args.max_new_tokens, "threads": threads,
+                           "machine": f"{platform.machine()} · torch {torch.__version__}",
+                           "command": " ".join(["python -m bench.trees", *(argv if argv is not None else sys.argv[1:])]),
+                           "minutes": (time.monotonic() - began) / 60},
+              "rows": summarize(records, methods), "records": records}
+    stem = Path(args.out) if args.out else RESULTS / f"trees-{args.target}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    stem.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
