@@ -115,3 +115,19 @@ def test_the_benchmark_report_rewrites_claims_only_for_the_real_results_folder(r
     monkeypatch.setattr(claims, "RESULTS", results.resolve())
     assert report.write({}, results, "x")["claims"] == tmp_path / "CLAIMS.md"
     assert written == [results]
+
+
+def test_the_tree_bench_fills_the_eagle2_and_ddd_rows(results):
+    (results / "trees-smollm2-135m.json").write_text(json.dumps({
+        "settings": {"target": "smollm2-135m", "dtype": "float32", "prompts": 6, "reps": 2, "threads": 2,
+                     "machine": "x86_64 · torch 2.x", "command": "python -m bench.trees"},
+        "rows": [{"method": "ours/baseline", "label": "baseline", "speedup": None, "tau": 1.0},
+                 {"method": "ours/eagle2-paper", "label": "EAGLE-2 paper", "speedup": 0.61, "tau": 2.1},
+                 {"method": "ours/eagle2-cpu", "label": "EAGLE-2 cpu", "speedup": 0.93, "tau": 1.8},
+                 {"method": "ours/ddd-paper", "label": "DDD paper", "speedup": 0.66, "tau": 1.9}]}))
+    table = claims.rows(claims.load_results(results))
+    eagle2 = [r.measurement.value for r in _rows_for(table, "EAGLE-2 (dynamic trees)")]
+    assert eagle2 == ["EAGLE-2 paper on smollm2-135m: 0.61× over our baseline (float32; 6 prompts × 2 reps, τ 2.10)",
+                      "EAGLE-2 cpu on smollm2-135m: 0.93× over our baseline (float32; 6 prompts × 2 reps, τ 1.80)"]
+    (ddd,) = _rows_for(table, "DDD (dynamic depth)")
+    assert ddd.measurement.source == "trees-smollm2-135m.json" and "0.21 of the claim" in ddd.measurement.ratio
