@@ -107,7 +107,7 @@ def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Ite
     closes the decoder's, whose `finally` frees every cache."""
     from decoders.api import stream
 
-    opts = DecodeOptions(**options)
+    opts = DecodeOptions.from_dict(options)
     target = handlers.load(opts.model, opts)
     draft = handlers.load(draft_name, opts) if draft_name else None
     with handlers.DECODE_LOCK:

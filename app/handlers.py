@@ -192,9 +192,7 @@ def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
     """
     from decoders.api import stream
 
-    opts = DecodeOptions(**{**options, "skip_layers": tuple(options["skip_layers"])
-                            if options.get("skip_layers") is not None else None,
-                            "ddd_checks": tuple(options.get("ddd_checks", D.ddd_checks))})
+    opts = DecodeOptions.from_dict(options)
     target, draft = load_models(opts)
     with DECODE_LOCK:
         rounds = stream(opts, prompt, target=target, draft=draft)

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import gradio as gr
 
-from decoders.options import DecodeOptions, OptionsError
+from decoders.options import TREE_DRAFTERS, DecodeOptions, OptionsError
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
@@ -40,6 +40,7 @@ PRESETS = {
     "EAGLE-2 tree · draft model (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16),
     "DDD tree · draft model (M=16)": dict(drafter="ddd", tree_k=4, tree_m=16),
     "EAGLE-2 tree · EAGLE head (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16, eagle_head="auto"),
+    "EAGLE static tree · EAGLE head (24 nodes)": dict(drafter="eagle1", eagle_head="auto"),
     # Beams search for a different output than greedy decoding: raced for their speed and KV memory, not equality.
     "beam search · width 4 (temperature 0)": dict(method="beam-search", width=4),
     "beam sampling · width 4 (temperature > 0)": dict(method="beam-sampling", width=4),
@@ -73,7 +74,7 @@ def race_options(values: dict) -> list[DecodeOptions]:
         preset = {"method": "speculative", **PRESETS[name]}
         drafter = preset.get("drafter")
         uses_draft = drafter == "draft-model" or preset["method"] == "dsbd" or \
-            "tree_m" in preset and "eagle_head" not in preset
+            drafter in TREE_DRAFTERS and "eagle_head" not in preset
         if uses_draft and draft and draft != DEFAULT_DRAFT:
             preset["draft_model"] = draft
         runs.append(replace(base, **preset).validate())
@@ -96,7 +97,7 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     from .handlers import DECODE_LOCK
 
     for data in options:
-        opts = DecodeOptions(**{**data, "skip_layers": None, "ddd_checks": tuple(data["ddd_checks"])})
+        opts = DecodeOptions.from_dict(data)
         target, draft = load_models(opts)
         with DECODE_LOCK:
             generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)

@@ -243,9 +243,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("EAGLE", "Li et al., ICML 2024, arXiv:2401.15077, Figure 1",
           "Vicuna 7B/13B, MT-bench, T=0, RTX 3090 / A100", "2.78×–3.07× over vanilla",
           "Needs a trained EAGLE head for our target; the paper's heads exist only for 7B+ models.",
-          speedup_range(_method_is("ours/eagle-static"), 2.78, 3.07, "SpecLab EAGLE"),
-          coming="EAGLE-1's static tree is not implemented; SpecLab's EAGLE heads draft EAGLE-2 and DDD trees "
-                 "(the rows below)"),
+          either(speedup_range(_method_is("ours/eagle1-static"), 2.78, 3.07, "SpecLab EAGLE"),
+                 tree_speedup("ours/eagle1", 2.78, 3.07))),
     Claim("EAGLE-2 (dynamic trees)", "Li et al., EMNLP 2024, arXiv:2406.16858, abstract",
           "Vicuna / LLaMA2-Chat 7B-70B, MT-bench etc., T=0 and T=1, A100", "3.05×–4.26× over vanilla",
           "SpecLab's heads are trained here for minutes on a CPU (assets/eagle/README.md gives their α), or the tree "

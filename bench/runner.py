@@ -42,7 +42,7 @@ class Method:
 
     @property
     def needs_draft(self) -> bool:
-        return self.kind == "draft-model" or self.kind in ("eagle2", "ddd") and "eagle_head" not in self.options
+        return self.kind == "draft-model" or self.kind in ("eagle1", "eagle2", "ddd") and "eagle_head" not in self.options
 
     @property
     def greedy(self) -> bool:

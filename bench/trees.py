@@ -4,7 +4,8 @@
     python -m bench.trees --target qwen2.5-coder-1.5b  # the Qwen pair, trees grown by the 0.5B draft model
 
 Every method runs on every prompt in every repetition, interleaved (bench/runner.py); speed-ups are per-repetition
-ratios against the baseline of the same prompt and repetition. Each tree runs twice: with the papers' shape
+ratios against the baseline of the same prompt and repetition. EAGLE's static tree runs with SpecLab's 24-node
+shape; EAGLE-2 and DDD run twice: with the papers' shape
 (EAGLE-2: K 10, D 6, M 59; DDD: S 5,7,9, x −0.3, n 11, w 10, M 59) and with a CPU-sized one (M 16), because on a
 CPU verifying n tokens costs more than one (t(n) grows) while the papers measured on GPUs where t(60) ≈ t(1).
 Writes bench/results/trees-<target>.{json,md}.
@@ -37,6 +38,7 @@ def methods_for(grown_by_head: bool) -> list[Method]:
     chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
         else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
     return [ours("ours/baseline", "baseline", "baseline"), chain,
+            ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
             ours("ours/eagle2-cpu", f"EAGLE-2 · {grower} · K4 D5 M16", "eagle2", **head, **CPU_SIZED),
             ours("ours/ddd-paper", f"DDD · {grower} · M59, S 5,7,9, x −0.3 (paper)", "ddd", **head, **PAPER_DDD),

@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ddd-x", type=float, default=defaults.ddd_x, help="ddd: stop below this confidence H")
     run.add_argument("--ddd-steps", type=int, default=defaults.ddd_steps, help="ddd: most expansion steps (n)")
     run.add_argument("--ddd-width", type=int, default=defaults.ddd_width, help="ddd: frontier kept per step (w)")
-    run.add_argument("--eagle-head", default=None, help="eagle2/ddd: grow from an EAGLE head (a folder, a hub id, "
+    run.add_argument("--tree-paths", default=None, help="eagle1: the static tree as rank paths separated by ';', "
+                     "e.g. '0;1;0,0;0,1' (default: SpecLab's 24-node tree)")
+    run.add_argument("--eagle-head", default=None, help="tree drafters: grow from an EAGLE head (a folder, a hub id, "
                      "or auto) instead of the draft model")
     run.add_argument("--prompt", required=True)
     run.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
@@ -66,7 +68,9 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
     skip = _integers("--skip-layers", args.skip_layers) if args.skip_layers else None
     tree = dict(tree_k=args.tree_k, tree_depth=args.tree_depth, tree_m=args.tree_m, ddd_x=args.ddd_x,
                 ddd_steps=args.ddd_steps, ddd_width=args.ddd_width, eagle_head=args.eagle_head,
-                ddd_checks=_integers("--ddd-checks", args.ddd_checks))
+                ddd_checks=_integers("--ddd-checks", args.ddd_checks),
+                tree_paths=tuple(_integers("--tree-paths", p) for p in args.tree_paths.split(";") if p.strip())
+                if args.tree_paths else None)
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -18,7 +18,7 @@ import torch
 from . import kernels
 from .beams import run as beam_run
 from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
-                       PromptLookupDrafter, TreeShape)
+                       PromptLookupDrafter, STATIC_TREE, TreeShape)
 from .loop import run_rounds
 from .options import BEAM_METHODS, TREE_DRAFTERS, DecodeOptions, OptionsError
 from .recorder import TraceBuilder
@@ -165,7 +165,9 @@ def _eagle_head(options: DecodeOptions, target: LanguageModel):
 
 
 def tree_shape(options: DecodeOptions) -> TreeShape:
-    """EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
+    """EAGLE-1's static paths, EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
+    if options.drafter == "eagle1":
+        return TreeShape.static(options.tree_paths or STATIC_TREE)
     if options.drafter == "ddd":
         return TreeShape.ddd(k=options.tree_k, m=options.tree_m, checks=options.ddd_checks, threshold=options.ddd_x,
                              steps=options.ddd_steps, width=options.ddd_width)
@@ -231,6 +233,8 @@ def label(options: DecodeOptions) -> str:
     if options.drafter in TREE_DRAFTERS:
         shape = tree_shape(options)
         grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
+        if options.drafter == "eagle1":
+            return f"speculative · {grower} tree · EAGLE static tree ({shape.m} nodes, depth {shape.steps})"
         if options.drafter == "ddd":
             return f"speculative · {grower} tree · DDD (K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"
         return f"speculative · {grower} tree · EAGLE-2 (K={shape.k}, D={shape.steps}, M={shape.m})"

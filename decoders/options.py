@@ -11,8 +11,9 @@ BEAM_METHODS = ("beam-search", "beam-sampling", "dsbd")  # several beams (decode
 EARLY_STOPPING = ("false", "true", "never")  # beam search's stop rule, transformers' values as text
 MAX_WIDTH_LIMIT = 64
 DRAFTERS = ("draft-model", "prompt-lookup", "layer-skip")  # chain drafters
-# Tree drafters grown by the draft model: EAGLE-2's dynamic tree, and DDD (EAGLE-2 that stops at low confidence).
-TREE_DRAFTERS = ("eagle2", "ddd")
+# Tree drafters, grown by the draft model or an EAGLE head: EAGLE-1's static tree, EAGLE-2's dynamic tree, and DDD
+# (EAGLE-2 that stops growing at low confidence).
+TREE_DRAFTERS = ("eagle1", "eagle2", "ddd")
 RULES = ("static", "heuristic", "max-confidence", "adaedl")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 4096
@@ -25,6 +26,7 @@ INITIAL_LAM = {"adaedl": 0.5, "max-confidence": 0.4}  # the papers' starting thr
 _RULE_FIELDS = {"static": ("gamma",), "heuristic": ("gamma", "max_draft"),
                 "max-confidence": ("max_draft", "lam", "lam_keep"), "adaedl": ("max_draft", "lam", "lam_keep")}
 _DRAFTER_FIELDS = {"draft-model": ("draft_model",), "prompt-lookup": ("ngram",), "layer-skip": ("skip_layers",),
+                   "eagle1": ("draft_model", "eagle_head", "tree_paths"),
                    "eagle2": ("draft_model", "eagle_head", "tree_k", "tree_depth", "tree_m"),
                    "ddd": ("draft_model", "eagle_head", "tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps",
                            "ddd_width")}
@@ -73,8 +75,21 @@ class DecodeOptions:
     ddd_x: float = -0.3  # DDD paper: stop growing when H = logsumexp(frontier log-values) < x
     ddd_steps: int = 11  # DDD paper: at most n expansion steps
     ddd_width: int = 10  # DDD paper: beam width w (frontier nodes kept per step)
-    eagle_head: str | None = None  # eagle2/ddd: grow with an EAGLE head, not the draft model: a head folder, a hub
-    #                                id, or "auto" (the shipped or trained head of `model`); None = the draft model
+    eagle_head: str | None = None  # tree drafters: grow with an EAGLE head, not the draft model: a head folder, a
+    #                                hub id, or "auto" (the shipped or trained head of `model`); None = the draft model
+    tree_paths: tuple[tuple[int, ...], ...] | None = None  # eagle1: the static tree as rank paths, e.g. ((0,), (1,),
+    #                                                        (0, 0)); None = SpecLab's 24-node default (tree_draft.py)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecodeOptions":
+        """The inverse of to_dict (JSON has lists where the options hold tuples)."""
+        data = dict(data)
+        for name in ("skip_layers", "ddd_checks"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
+        if data.get("tree_paths") is not None:
+            data["tree_paths"] = tuple(tuple(path) for path in data["tree_paths"])
+        return cls(**data)
 
     def validate(self) -> "DecodeOptions":
         """Raise OptionsError naming the field and the fix; return self so calls can chain."""
@@ -147,6 +162,9 @@ class DecodeOptions:
         _int_range("tree_m", self.tree_m, 1, MAX_TREE_NODES)
         if self.eagle_head is not None and self.draft_model is not None:
             raise OptionsError("a tree grows from either an EAGLE head or a draft model; drop draft_model or eagle_head")
+        if self.drafter == "eagle1":
+            self._validate_paths()
+            return
         if self.drafter == "eagle2":
             _int_range("tree_depth", self.tree_depth, 1, MAX_DRAFT_LIMIT)
             return
@@ -159,6 +177,22 @@ class DecodeOptions:
             raise OptionsError(f"ddd_x is a log-probability threshold and must be 0 or below (-inf = never stop), "
                                f"got {self.ddd_x}; the paper's is -0.3")
 
+    def _validate_paths(self) -> None:
+        if self.tree_paths is None:
+            return
+        paths = [tuple(p) for p in self.tree_paths]
+        if not paths or len(paths) > MAX_TREE_NODES or len(set(paths)) != len(paths):
+            raise OptionsError(f"tree_paths must list 1 to {MAX_TREE_NODES} distinct paths, got {len(paths)} "
+                               f"({len(paths) - len(set(paths))} repeated)")
+        if any(not p or len(p) > MAX_DRAFT_LIMIT or any(not isinstance(r, int) or not 0 <= r < MAX_WIDTH_LIMIT
+                                                        for r in p) for p in paths):
+            raise OptionsError(f"each tree path lists, per depth, a candidate rank from 0 (the draft's likeliest "
+                               f"token) to {MAX_WIDTH_LIMIT - 1}, at most {MAX_DRAFT_LIMIT} deep, e.g. 0; 1; 0,0")
+        missing = [p for p in paths if len(p) > 1 and p[:-1] not in set(paths)]
+        if missing:
+            raise OptionsError(f"tree path {','.join(map(str, missing[0]))} has no parent path "
+                               f"{','.join(map(str, missing[0][:-1]))}; add it (every node's parent must be in the tree)")
+
     def fields_in_use(self) -> frozenset[str]:
         return fields_in_use(self.method, self.drafter, self.rule, self.temperature)
 
@@ -166,6 +200,7 @@ class DecodeOptions:
         data = asdict(self)
         data["skip_layers"] = list(self.skip_layers) if self.skip_layers is not None else None
         data["ddd_checks"] = list(self.ddd_checks)
+        data["tree_paths"] = [list(p) for p in self.tree_paths] if self.tree_paths is not None else None
         return data
 
 

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 def test_the_tree_bench_runs_every_arm_and_each_equals_the_baseline(tiny, drafts):
     methods = trees.methods_for(grown_by_head=False)
-    assert {m.kind for m in methods} == {"baseline", "draft-model", "eagle2", "ddd"}
-    assert all(m.needs_draft for m in methods if m.kind in ("eagle2", "ddd"))  # grown by the draft model
+    assert {m.kind for m in methods} == {"baseline", "draft-model", "eagle1", "eagle2", "ddd"}
+    assert all(m.needs_draft for m in methods if m.kind in ("eagle1", "eagle2", "ddd"))  # grown by the draft model
     prompts = [Prompt("a", "chat", "", [3, 9, 4, 1, 7]), Prompt("b", "code-writing", "", [5, 5, 2, 8])]
     records = run_suite(methods, {"target": tiny, "draft": drafts["noisy"]}, prompts, reps=2, max_new_tokens=16,
                         log=lambda *a: None, warmup=False)
@@ -32,4 +32,4 @@ def test_the_tree_bench_runs_every_arm_and_each_equals_the_baseline(tiny, drafts
 def test_head_grown_trees_need_no_draft_model():
     methods = trees.methods_for(grown_by_head=True)
     assert not any(m.needs_draft for m in methods)
-    assert all(m.options.get("eagle_head") == "auto" for m in methods if m.kind in ("eagle2", "ddd"))
+    assert all(m.options.get("eagle_head") == "auto" for m in methods if m.kind in ("eagle1", "eagle2", "ddd"))

@@ -21,6 +21,8 @@ from decoders.tree import depths
 PROMPTS = [[7], [3, 9, 4, 1, 7, 22, 5]]
 LENGTHS = [1, 9, 30]
 TREES = {
+    "eagle1": dict(drafter="eagle1"),  # SpecLab's 24-node static tree
+    "eagle1 wide": dict(drafter="eagle1", tree_paths=((0,), (1,), (2,), (0, 0), (1, 0), (0, 1), (2, 0), (0, 0, 0))),
     "eagle2": dict(drafter="eagle2", tree_k=3, tree_depth=4, tree_m=10),
     "eagle2 wide": dict(drafter="eagle2", tree_k=4, tree_depth=3, tree_m=20),
     "ddd": dict(drafter="ddd", tree_k=3, tree_m=12, ddd_checks=(2, 3), ddd_x=-1.0, ddd_steps=5, ddd_width=4),
@@ -104,6 +106,37 @@ def test_chosen_set_is_the_top_m_by_value_and_ancestor_closed(tiny, drafts):
     for item in pool:
         if item["parent"] >= 0:
             assert item["value"] <= pool[item["parent"]]["value"] + 1e-12
+
+
+def test_the_static_tree_sends_exactly_its_paths(tiny, drafts):
+    """EAGLE-1: node for path (r1, .., rd) is its parent's rank-rd candidate; every path is sent, one draft forward
+    per depth that has children."""
+    paths = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+    trace = generate(tree_options(dict(drafter="eagle1", tree_paths=paths), max_new_tokens=12), PROMPTS[1],
+                     target=tiny, draft=drafts["noisy"])
+    rnd = trace.rounds[0]
+    assert rnd.n_drafted == len(paths) == len(rnd.search["chosen"]) == len(rnd.search["pool"])
+    assert rnd.draft_forwards == 1 + 2  # the root's forward, then depths 1 and 2 have children
+    pool = rnd.search["pool"]
+    by_path = {}
+    for entry, path in zip(pool, paths):  # the pool is built depth by depth in the listed order
+        by_path[path] = entry
+        parent = by_path.get(path[:-1])
+        assert entry["parent"] == (parent["id"] if parent else -1) and entry["depth"] == len(path)
+    siblings = [by_path[(0,)], by_path[(1,)], by_path[(2,)]]  # ranks 0, 1, 2 of the root's candidates
+    assert siblings[0]["value"] >= siblings[1]["value"] >= siblings[2]["value"]
+    assert trace.label.endswith("EAGLE static tree (7 nodes, depth 3)")
+
+
+def test_static_tree_paths_are_validated_with_a_fix():
+    with pytest.raises(OptionsError, match="has no parent path 0"):
+        DecodeOptions(method="speculative", drafter="eagle1", tree_paths=((1,), (0, 1))).validate()
+    with pytest.raises(OptionsError, match="candidate rank"):
+        DecodeOptions(method="speculative", drafter="eagle1", tree_paths=((-1,),)).validate()
+    with pytest.raises(OptionsError, match="repeated"):
+        DecodeOptions(method="speculative", drafter="eagle1", tree_paths=((0,), (0,))).validate()
+    options = DecodeOptions(method="speculative", drafter="eagle1", tree_paths=((0,), (0, 1)))
+    assert DecodeOptions.from_dict(options.to_dict()) == options  # JSON lists come back as tuples
 
 
 def test_rerank_keeps_ancestors_on_ties():
@@ -220,6 +253,7 @@ def sampled_pairs(options: DecodeOptions, lm, draft, runs: int) -> torch.Tensor:
 
 
 SAMPLED = {
+    "eagle1 T=1": (dict(drafter="eagle1", tree_paths=((0,), (1,), (0, 0), (0, 1), (1, 0))), {}),
     "eagle2 T=1": (dict(drafter="eagle2", tree_k=2, tree_depth=2, tree_m=4), {}),
     # x sits between the confidence after the prompt (H = -0.060: round 1 stops at depth 1) and after some first
     # tokens (H = -0.043: round 2 grows to depth 3), so where DDD cuts depends on the sampled tokens

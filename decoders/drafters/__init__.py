@@ -4,8 +4,8 @@ from .draft_model import DraftModelDrafter
 from .layer_skip import LayerSkipDrafter, default_skip_layers
 from .prompt_lookup import PromptLookupDrafter
 from .eagle_tree import EagleTreeDrafter
-from .tree_draft import DynamicTreeDrafter, TreeShape
+from .tree_draft import STATIC_TREE, DynamicTreeDrafter, TreeShape
 
 __all__ = ["Drafter", "NoDraft", "Proposal", "DraftModelDrafter", "LayerSkipDrafter", "PromptLookupDrafter",
            "default_skip_layers", "DynamicTreeDrafter", "EagleTreeDrafter",
-           "TreeShape"]
+           "TreeShape", "STATIC_TREE"]

@@ -35,6 +35,15 @@ DDD_CHECK_STEPS = (5, 7, 9)
 DDD_THRESHOLD = -0.3
 DDD_MAX_STEPS = 11
 DDD_WIDTH = 10
+# EAGLE-1 / Medusa style static tree: each path lists, per depth, the rank of the draft's candidate to take (0 = its
+# most likely token). Top-heavy like the trees those papers use: wide near the root, one deep chain of top-1 picks.
+# SpecLab's own 24-node choice, not a copy of either paper's tuned tree.
+STATIC_TREE = ((0,), (1,), (2,), (3,),
+               (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0),
+               (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0),
+               (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0),
+               (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
+               (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0))
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class TreeShape:
     width: int | None = None  # frontier kept per step; None = k (EAGLE-2); DDD's beam width w
     checks: tuple[int, ...] = ()  # expansion steps before which DDD checks its confidence (S)
     threshold: float = -math.inf  # DDD's x: stop when H < x
+    paths: tuple[tuple[int, ...], ...] = ()  # a static tree (EAGLE-1): every node's path of candidate ranks
 
     def __post_init__(self):
         for name in ("k", "steps", "m"):
@@ -58,6 +68,17 @@ class TreeShape:
     @property
     def beam(self) -> int:
         return self.width if self.width is not None else self.k
+
+    @classmethod
+    def static(cls, paths: tuple[tuple[int, ...], ...] = STATIC_TREE) -> "TreeShape":
+        """EAGLE-1's static tree: every path is sent (M = its node count), depth = its longest path."""
+        paths = tuple(tuple(p) for p in paths)
+        missing = [p for p in paths if len(p) > 1 and p[:-1] not in set(paths)]
+        if not paths or missing or any(not p or min(p) < 0 for p in paths):
+            raise ValueError(f"a static tree is a non-empty list of rank paths in which every path's parent is "
+                             f"listed too (e.g. 0; 1; 0,0); missing parents of {missing[:3]}" if missing else
+                             "a static tree is a non-empty list of rank paths of whole numbers from 0 (e.g. 0; 1; 0,0)")
+        return cls(k=max(max(p) for p in paths) + 1, steps=max(len(p) for p in paths), m=len(paths), paths=paths)
 
     @classmethod
     def ddd(cls, k: int = 8, m: int = 48, checks: tuple[int, ...] = DDD_CHECK_STEPS, threshold: float = DDD_THRESHOLD,
@@ -88,6 +109,8 @@ class Growth:
 def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int) -> Growth:
     """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier pool ids, pool)
     -> (F, V) log-probs after each frontier node (one draft forward)."""
+    if shape.paths:
+        return grow_static(root_logq, expand, shape.paths, max_depth)
     growth = Growth(forwards=1)
     depth_cap = min(shape.steps, max_depth)
     top = torch.topk(root_logq, min(shape.k, root_logq.numel()))
@@ -119,6 +142,36 @@ def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int) -> G
         growth.steps = step
     if depth_cap < shape.steps:
         growth.stop = "budget"
+    return growth
+
+
+def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], ...], max_depth: int) -> Growth:
+    """EAGLE-1's static tree: depth by depth, each listed path takes its parent's candidate of the listed rank.
+    One draft forward per depth over the nodes that have children; paths deeper than max_depth are left out."""
+    growth = Growth(forwards=1)
+    node_of: dict[tuple[int, ...], int] = {}
+    depth_cap = min(max(len(p) for p in paths), max_depth)
+    for depth in range(1, depth_cap + 1):
+        level = [p for p in paths if len(p) == depth]
+        if depth == 1:
+            rows, logq = {(): 0}, root_logq[None]  # (1, V)
+        else:
+            parents = list(dict.fromkeys(node_of[p[:-1]] for p in level))  # pool ids, first-listed first
+            logq = expand(parents, growth.pool)  # (F, V)
+            growth.forwards += 1
+            rows = {path: parents.index(pool_id) for path, pool_id in node_of.items() if pool_id in parents}
+        ranked = torch.topk(logq, max(p[-1] for p in level) + 1, dim=-1)  # values, indices: (F, R)
+        for path in level:
+            row = rows[path[:-1]]
+            log_q, token = float(ranked.values[row, path[-1]]), int(ranked.indices[row, path[-1]])
+            parent = node_of.get(path[:-1], -1)
+            base = growth.pool[parent].log_value if parent >= 0 else 0.0
+            growth.pool.append(PoolNode(parent=parent, token=token, log_value=base + log_q, log_q=log_q, depth=depth,
+                                        step=depth))
+            node_of[path] = len(growth.pool) - 1
+        growth.frontiers.append([node_of[p] for p in level])
+        growth.steps = depth
+    growth.stop = "depth" if depth_cap == max(len(p) for p in paths) else "budget"
     return growth
 
 
