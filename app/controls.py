@@ -16,9 +16,10 @@ DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the regi
 # What a tree grows from (the eagle_head control): the draft model (eagle_head None) or the target's EAGLE head.
 FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
 TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
-# The page opens where the idea visibly works: prompt lookup on an edit prompt, the settings of the recorded run it
-# shows (app/views.py OPENING_TRACE), so Run repeats it live. Every other starting value is DecodeOptions' default.
-OPENING = DecodeOptions(method="speculative", drafter="prompt-lookup", rule="static")
+# The page opens on a tree (what visitors come to see): EAGLE-2 with the papers' K, D, M, grown by SmolLM2's shipped
+# EAGLE head, the settings of the recorded run it shows (app/views.py OPENING_TRACE), so Run repeats it live. Every
+# other starting value is DecodeOptions' default.
+OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
@@ -136,9 +137,14 @@ def example_options(example: dict) -> DecodeOptions:
 
 
 def example_row(example: dict) -> list:
-    """The values gr.Examples sets, one per EXAMPLE_CONTROLS."""
+    """The values gr.Examples sets, one per EXAMPLE_CONTROLS. The tree source is the one the example's target offers
+    (a target without an EAGLE head grows trees from its draft model), so the page's filters keep every value."""
     options = example_options(example)
-    return [example["prompt"] if name == "prompt" else control_value(name, options) for name in EXAMPLE_CONTROLS]
+    values = {name: example["prompt"] if name == "prompt" else control_value(name, options) for name in EXAMPLE_CONTROLS}
+    values["eagle_head"] = control_states(values["model"], values["method"], values["drafter"], values["rule"],
+                                          values["temperature"], values["draft_model"],
+                                          values["eagle_head"])["eagle_head"]["value"]
+    return [values[name] for name in EXAMPLE_CONTROLS]
 
 
 def example_states(example: dict) -> dict[str, dict]:

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from decoders.beams.trace import BeamTrace, load_any
 from decoders.options import DecodeOptions
 from decoders.trace import Trace
 
 from . import explainer
 from .controls import EXAMPLE_CONTROLS, example_states
+from .render_forest import forest_figure
 from .render_rule import positions_figure
+from .render_search import growth_figure
 from .render_tree import empty_figure, tree_figure
 from .theme import OKABE_ITO, describe, title_margin, wrap_title
 from .views import interesting_round, read_trace_file
@@ -63,7 +66,18 @@ def _rejection(_trace: Trace | None) -> go.Figure:
     return explainer.position_figure(explainer.toy_position(0.5))
 
 
-FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure}
+def _growth(trace: Trace) -> go.Figure:
+    return growth_figure(trace, interesting_round(trace))
+
+
+def _forest(trace: BeamTrace) -> go.Figure:
+    """The iteration whose forest shows most: the one with the most draft nodes judged (DSBD) or kept."""
+    busiest = max(range(len(trace.iterations)), key=lambda i: len(trace.iterations[i]["nodes"]), default=0)
+    return forest_figure(trace, busiest)
+
+
+FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure,
+           "growth": _growth, "forest": _forest}
 
 LESSONS: list[Lesson] = [
     Lesson("1. One token per forward", "Baseline",
@@ -89,14 +103,20 @@ LESSONS: list[Lesson] = [
            "when the bound 1 − √(γ·H(q)) falls below λ. The figure shows each drafted position's bound and λ.",
            "positions", "adaedl-layerskip-chat.json"),
     Lesson("5. Trees: EAGLE-2 and DDD", "Trees",
-           "Instead of one chain of guesses, draft a tree of alternatives and let the target verify every branch "
-           "at once; recursive rejection walks the siblings.", "tree",
-           coming="EAGLE-2 and DDD trees have landed (decoders/drafters/tree_draft.py); this lesson needs their "
-                  "recorded trace in assets/traces/"),
+           "Instead of one chain of guesses, **EAGLE-2** grows a **tree**: each step expands the most promising "
+           "leaves with their K likeliest next tokens and scores every candidate by its **value**, the product of "
+           "the draft's probabilities along its path (darker = higher). The M most valuable candidates go to the "
+           "target in ONE forward pass with a tree-shaped attention mask; the grey *+n* marks fold the candidates "
+           "that were grown but not sent. The target keeps the longest branch it agrees with. Here the tree is "
+           "grown by an **EAGLE head**, one small layer that drafts from the target's own hidden features. "
+           "**DDD** grows the same tree but stops early when the frontier's total confidence H falls below x: "
+           "pick *ddd* and watch the panel beside the tree.", "tree", "eagle2-head-chat.json"),
     Lesson("6. Beams and forests", "Beams",
-           "Beam search keeps several sequences alive; DSBD drafts a forest of beams and verifies them layer by "
-           "layer.", "tree",
-           coming="the Beams tab runs them live; this lesson needs a recorded beam trace in assets/traces/"),
+           "**Beam search** keeps several sequences (beams) alive and extends each with its best next tokens; "
+           "**beam sampling** draws them instead. **DSBD** makes beam sampling fast: the small model drafts a "
+           "**forest** (one tree per beam) a few layers deep, the target verifies the whole forest in one "
+           "forward, and each layer keeps as many beams as the draft's agreement allows. Thick paths are the "
+           "beams carried forward. Run it live on the **Beams** tab.", "forest", "beams/dsbd-qwen-code.json"),
     Lesson("7. Whisper's beam search and its alternatives", "Whisper",
            "Speech recognition decodes with beam search; Filter-Ends and Min Lookahead change which beams survive.",
            "tree", coming="needs a recorded Whisper trace and its figure here (the Whisper tab runs it live)"),
@@ -113,8 +133,17 @@ def ready(lessons: list[Lesson] = LESSONS) -> list[Lesson]:
     return [lesson for lesson in lessons if not lesson.coming]
 
 
-def lesson_trace(lesson: Lesson, folder: Path = TRACES) -> Trace | None:
-    return read_trace_file(folder / lesson.trace) if lesson.trace else None
+def lesson_trace(lesson: Lesson, folder: Path = TRACES) -> Trace | BeamTrace | None:
+    """The lesson's recorded run: a chain or tree trace (schema 1), or a beam trace (schema 2, in traces/beams/)."""
+    if not lesson.trace:
+        return None
+    path = folder / lesson.trace
+    return load_any(path.read_text(encoding="utf-8")) if lesson.figure == "forest" else read_trace_file(path)
+
+
+def runs_in_generate(lesson: Lesson) -> bool:
+    """"Try it" fills the Generate tab, which runs chain and tree methods; beams run on their own tab."""
+    return bool(lesson.trace) and lesson.figure != "forest"
 
 
 def lesson_figure(lesson: Lesson, folder: Path = TRACES) -> go.Figure:
@@ -167,7 +196,7 @@ def build(controls: dict) -> None:
                 if lesson.coming:
                     gr.Markdown(f"*Coming: {lesson.coming}.*")
                     continue
-                if lesson.trace:
+                if runs_in_generate(lesson):
                     button = gr.Button("Try it: load these settings into the Generate tab", variant="primary")
                     note = gr.Markdown()
                     states = try_states(lesson)

@@ -93,7 +93,8 @@ def _controls() -> dict:
                                 elem_id="sl-drafter",
                                 info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
                                      "followed the same n-gram earlier in the text. layer-skip: the target itself "
-                                     "with some layers skipped. eagle2: a tree of drafts grown by confidence "
+                                     "with some layers skipped. eagle1: a fixed tree of the draft's top picks "
+                                     "(EAGLE's static tree, 24 nodes). eagle2: a tree of drafts grown by confidence "
                                      "(EAGLE-2), verified in one forward. ddd: EAGLE-2 that stops growing when the "
                                      "tree's confidence falls (Dynamic Depth Decoding).")
         c["eagle_head"] = gr.Radio([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),

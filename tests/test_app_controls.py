@@ -134,8 +134,8 @@ def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
 
     recorded = recorded_traces(ASSETS / "traces")
     trace = read_trace_file(recorded[opening_trace(recorded)])
-    assert (OPENING.drafter, OPENING.rule, OPENING.gamma) == (trace.options["drafter"], trace.options["rule"],
-                                                              trace.options["gamma"])
+    fields = ("method", "drafter", "eagle_head", "tree_k", "tree_depth", "tree_m", "rule", "gamma")
+    assert {f: getattr(OPENING, f) for f in fields} == {f: trace.options[f] for f in fields}
     assert _opening_prompt(trace) == trace.prompt
 
 
@@ -146,8 +146,9 @@ def test_the_page_shows_the_opening_values():
     by_label = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
     assert by_label["max new tokens"]["value"] == DecodeOptions().max_new_tokens
     assert by_label["initial λ"]["value"] == lam_for(RESTING_LAM_RULE)
-    assert by_label["initial λ"]["visible"] is False  # static prompt lookup has no λ
-    assert by_label["γ (draft length)"]["visible"] is True
+    assert by_label["initial λ"]["visible"] is False  # a tree has no draft-length rule, so no λ ...
+    assert by_label["γ (draft length)"]["visible"] is False  # ... and no γ: its shape bounds its depth
+    assert by_label["K (children per expanded node)"]["visible"] is True
     # Built with every drafter and rule (an API call is checked against the built choices and must reach the
     # options' own fix-it messages); the page narrows them on load: SmolLM2 has no same-family draft.
     assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS + TREE_DRAFTERS)
@@ -220,4 +221,4 @@ def test_tree_controls_map_onto_the_papers_options():
         handlers.options_from({**values, "ddd_x": 0.5})
     assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m", "ddd_x", "ddd_steps", "ddd_width")] == \
         [10, 6, 59, -0.3, 11, 10]  # EAGLE-2's K, D, M and DDD's x, n, w, as the papers set them
-    assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_DRAFT
+    assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_HEAD  # SmolLM2's head

@@ -67,7 +67,7 @@ def choose(page, group: str, value: str) -> None:
 
 def test_run_streams_tree_and_text(page):
     page.fill("#sl-prompt textarea", PROMPT)
-    choose(page, "Drafter", "layer-skip")  # the page opens on static prompt lookup; AdaEDL fills the rule panel
+    choose(page, "Drafter", "layer-skip")  # the page opens on an EAGLE-2 tree; AdaEDL fills the rule panel
     page.wait_for_timeout(1000)  # the rule choices follow the drafter
     choose(page, "Draft-length rule", "adaedl")
     page.get_by_label("float32").check()  # exact greedy equality; the page default is bfloat16
@@ -218,7 +218,10 @@ def test_opening_page_shows_one_round(opened):
     assert plot_title(page, "sl-tree").startswith(f"Round {number}/")
     assert f"round {number}'s tokens" in page.inner_text("#sl-legend")
     assert "laptop CPU" in page.inner_text("#sl-legend")
-    assert page.input_value("#sl-recorded input").startswith("speculative · prompt lookup")
+    from app.views import OPENING_TRACE, read_trace_file
+
+    label = read_trace_file(ROOT / "assets" / "traces" / OPENING_TRACE).label
+    assert page.input_value("#sl-recorded input").startswith(label)
 
 
 def test_result_comes_right_after_run(opened):

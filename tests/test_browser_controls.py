@@ -62,7 +62,7 @@ def wait_checked(page, value: str) -> None:
 
 
 def choose_layer_skip_with_adaedl(page) -> None:
-    """From the opening (static prompt lookup) to the layer-skip drafter with AdaEDL, as a visitor would."""
+    """From the opening (an EAGLE-2 tree) to the layer-skip drafter with AdaEDL, as a visitor would."""
     radio(page, "Drafter").get_by_text("layer-skip", exact=True).click()
     page.wait_for_timeout(1000)
     radio(page, "Draft-length rule").get_by_text("adaedl", exact=True).click()
@@ -70,11 +70,25 @@ def choose_layer_skip_with_adaedl(page) -> None:
     page.wait_for_timeout(1000)
 
 
-def test_the_page_opens_on_static_prompt_lookup_with_its_own_controls(page):
-    assert checked(page, "Drafter") == "prompt-lookup" and checked(page, "Draft-length rule") == "static"
-    assert options_of(page, "Draft-length rule") == ["static", "heuristic"]
-    assert is_shown(page, "n-gram (prompt lookup)") and not is_shown(page, "initial λ")
-    assert page.input_value("#sl-prompt textarea").startswith("Rewrite this code")  # the recorded run's prompt
+def test_the_page_opens_on_an_eagle2_tree_with_its_own_controls(page):
+    from app.controls import OPENING
+
+    assert checked(page, "Drafter") == "eagle2" and checked(page, "Tree grown by") == "auto"  # the EAGLE head
+    assert is_shown(page, "K (children per expanded node)") and is_shown(page, "D (expansion steps, EAGLE-2)")
+    assert is_shown(page, "M (draft nodes sent to the target)") and slider_value(page, "M (draft nodes sent to "
+                                                                                      "the target)") == OPENING.tree_m
+    assert not is_shown(page, "Draft-length rule") and not is_shown(page, "x (DDD: stop threshold)")
+    assert not is_shown(page, "n-gram (prompt lookup)") and not is_shown(page, "Draft model")
+    assert page.input_value("#sl-prompt textarea").startswith("Explain")  # the recorded run's prompt
+
+
+def test_ddd_shows_its_own_constants(page):
+    radio(page, "Drafter").get_by_text("ddd", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('label')].some(l => l.innerText.startsWith("
+                           "'x (DDD') && l.offsetParent !== null)")
+    assert is_shown(page, "S (DDD: steps that check)") and is_shown(page, "n (DDD: most expansion steps)")
+    assert slider_value(page, "x (DDD: stop threshold)") == -0.3  # the DDD paper's
+    assert not is_shown(page, "D (expansion steps, EAGLE-2)")
 
 
 def test_prompt_lookup_moves_the_rule_and_shows_its_own_controls(page):
@@ -107,7 +121,8 @@ def test_baseline_hides_the_speculation_controls(page):
 
 
 def test_a_single_model_offers_no_draft_model_drafter(page):
-    assert options_of(page, "Drafter") == ["prompt-lookup", "layer-skip"]
+    assert options_of(page, "Drafter") == ["prompt-lookup", "layer-skip", "eagle1", "eagle2", "ddd"]  # trees: its EAGLE head
+    assert options_of(page, "Tree grown by") == ["an EAGLE head (shipped or trained for the target)"]
 
 
 def test_the_code_writing_example_sets_a_target_that_has_a_draft(page):
@@ -117,5 +132,5 @@ def test_the_code_writing_example_sets_a_target_that_has_a_draft(page):
     page.wait_for_timeout(1500)
     assert page.input_value("#sl-prompt textarea").startswith("Write a Python function")
     assert checked(page, "Drafter") == "draft-model"
-    assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip"]
+    assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip", "eagle1", "eagle2", "ddd"]
     assert is_shown(page, "Draft model") and checked(page, "Draft-length rule") == "adaedl"

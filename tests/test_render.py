@@ -43,9 +43,12 @@ def all_traces(tiny_traces) -> list[Trace]:
 
 
 def figure_nodes(fig) -> dict[int, str]:
-    """node id -> status, read back from the figure's node traces."""
+    """node id -> status, read back from the figure's node traces (a tree drafter's folded candidates, drawn as
+    "+n" nodes, are checked in tests/test_render_search.py)."""
     found = {}
     for data in fig.data:
+        if data.meta == "pool":
+            continue
         for node_id, status in (data.customdata if data.customdata is not None else []):
             assert node_id not in found, f"node {node_id} drawn twice"
             found[int(node_id)] = status
@@ -343,14 +346,17 @@ def test_split_characters_show_whole_and_stay_clickable(emoji_trace):
 
 # ---- the first page (issue 10 #3, #10) ----------------------------------------------------------------------
 
-def test_page_opens_on_prompt_lookup_where_drafting_pays():
+def test_page_opens_on_a_tree_that_accepts_drafts():
+    """Issue 12: the first page a visitor sees shows a tree, not a chain, and one that gets drafts accepted."""
     recorded = recorded_traces(RECORDED[0].parent)
     path = recorded[opening_trace(recorded)]
     assert path.name == OPENING_TRACE
     trace = read_trace_file(path)
-    assert (trace.options or {}).get("drafter") == "prompt-lookup"
-    assert trace.totals["tau"] > 1.5  # more than one token per target forward
-    assert SMALL_MODELS_NOTE in full_views(trace)["legend"]
+    assert (trace.options or {}).get("drafter") == "eagle2" and trace.options.get("eagle_head")
+    assert trace.totals["tau"] > 1.3  # more than one token per target forward
+    shown = full_views(trace)
+    assert "EAGLE-2 grew" in shown["tree"].layout.title.text.replace("<br>", " ")
+    assert SMALL_MODELS_NOTE in shown["legend"]
 
 
 def test_opening_page_shows_one_round_everywhere():
@@ -424,7 +430,7 @@ def expand_to_elements(trace: Trace) -> list[int]:
 def test_shown_round_is_marked_in_the_text(tiny_traces):
     import re
 
-    trace = read_trace_file(RECORDED[0].parent / OPENING_TRACE)
+    trace = read_trace_file(RECORDED[0].parent / "lookup-code-edit.json")  # code: its output has line breaks
     assert any("\n" in text for text, _ in provenance_spans(trace))  # line breaks shift the element count
     owner = expand_to_elements(trace)
     groups = display_groups(trace)

@@ -34,7 +34,7 @@ def test_every_ready_lesson_renders_its_picture_from_the_recorded_trace(lesson, 
     assert fig.layout.meta, "every picture carries a text alternative"
 
 
-@pytest.mark.parametrize("lesson", [lesson for lesson in teach.ready() if lesson.trace],
+@pytest.mark.parametrize("lesson", [lesson for lesson in teach.ready() if teach.runs_in_generate(lesson)],
                          ids=lambda lesson: lesson.title)
 def test_try_it_loads_the_trace_s_prompt_and_settings(lesson):
     trace = teach.lesson_trace(lesson)
@@ -46,6 +46,22 @@ def test_try_it_loads_the_trace_s_prompt_and_settings(lesson):
     if trace.options["method"] == "speculative":
         assert states["drafter"]["value"] == trace.options["drafter"]
         assert states["rule"]["value"] == trace.options["rule"]
+    if trace.options.get("drafter") in ("eagle2", "ddd"):  # the tree's shape and what grew it come along
+        for name in ("tree_k", "tree_depth", "tree_m"):
+            assert states[name]["value"] == trace.options[name]
+        assert (states["eagle_head"]["value"] == "auto") == (trace.options["eagle_head"] is not None)
+
+
+def test_the_tree_and_beam_lessons_draw_real_recorded_runs(no_model_loads):
+    trees = next(lesson for lesson in teach.ready() if lesson.title.startswith("5."))
+    trace = teach.lesson_trace(trees)
+    assert trace.options["drafter"] == "eagle2" and all(r.search for r in trace.rounds[:-1])
+    assert "candidates" in teach.lesson_figure(trees).layout.title.text
+    beams = next(lesson for lesson in teach.ready() if lesson.title.startswith("6."))
+    forest = teach.lesson_trace(beams)
+    assert forest.method == "dsbd" and forest.iterations
+    assert not teach.runs_in_generate(beams) and "Beams" in beams.text  # beams run on their own tab
+    assert "iteration" in teach.lesson_figure(beams).layout.title.text
 
 
 def test_coming_lessons_draw_a_notice_not_a_figure():
@@ -86,7 +102,7 @@ def test_the_learn_tab_builds_with_its_buttons_wired():
         teach.build(controls)
     labels = [getattr(block, "value", None) for block in demo.blocks.values() if isinstance(block, gr.Button)]
     assert labels.count("Try it: load these settings into the Generate tab") == \
-        len([lesson for lesson in teach.ready() if lesson.trace])
+        len([lesson for lesson in teach.ready() if teach.runs_in_generate(lesson)])
     assert "Sample 1,000 times" in labels
     targets = {id(c) for c in controls.values()}
     wired = [dep for dep in demo.fns.values() if targets <= {id(o) for o in dep.outputs}]
