@@ -24,20 +24,26 @@ import torch
 from . import report
 from .__main__ import load_prompts
 from .runner import Method, mark_identity, ours, run_suite, set_threads
+from .tuning import hf_assisted
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAPER_EAGLE2 = dict(tree_k=10, tree_depth=6, tree_m=59)
 PAPER_DDD = dict(tree_k=10, tree_m=59)  # S, x, n, w: DecodeOptions' defaults are the DDD paper's
 CPU_SIZED = dict(tree_k=4, tree_depth=5, tree_m=16)
+# HF assisted generation as the full pair run tuned it (bench/results/pair.md, on prompts it did not score).
+HF_ASSISTED = dict(num_assistant_tokens=10, assistant_confidence_threshold=0.6,
+                   num_assistant_tokens_schedule="heuristic")
 
 
 def methods_for(grown_by_head: bool) -> list[Method]:
-    """Baseline, a chain drafter and the trees, on the grower the target has."""
+    """Baseline, a chain drafter (and HF assisted generation where there is a draft model) and the trees, on the
+    grower the target has."""
     head = {"eagle_head": "auto"} if grown_by_head else {}
     grower = "EAGLE head" if grown_by_head else "draft model"
     chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
         else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
-    return [ours("ours/baseline", "baseline", "baseline"), chain,
+    peers = [] if grown_by_head else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed")]
+    return [ours("ours/baseline", "baseline", "baseline"), chain, *peers,
             ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
             ours("ours/eagle2-cpu", f"EAGLE-2 · {grower} · K4 D5 M16", "eagle2", **head, **CPU_SIZED),

@@ -84,6 +84,16 @@ def test_qwen_pair_draft_model_trees_equal_baseline(qwen_pair, tree):
     assert trace.totals["tau"] > 1.5  # the real pair's trees are accepted past their root
 
 
+@pytest.mark.parametrize("drafter", ["eagle1", "eagle2", "ddd"])
+def test_smollm2_trees_from_the_shipped_head_equal_baseline(smollm, drafter):
+    """The shipped EAGLE head (assets/eagle/smollm2-135m) grows real trees; float32 verification keeps greedy."""
+    base = generate(DecodeOptions(max_new_tokens=24), CHAT_PROMPT, target=smollm)
+    options = DecodeOptions(method="speculative", drafter=drafter, eagle_head="auto", max_new_tokens=24)
+    trace = generate(options, CHAT_PROMPT, target=smollm)
+    assert trace.output_ids == base.output_ids
+    assert trace.totals["tau"] > 1.2 and trace.rounds[0].search["pool"]  # drafts accepted past the root
+
+
 def test_tokenizer_mismatch_is_a_clear_error(smollm, qwen_pair):
     from decoders.models import ModelError, check_tokenizers_compatible
 
