@@ -65,7 +65,8 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
                                                           for r in mine]),
                      "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1)
                                                          for r in mine]),
-                     "peak_kv_mib": report.median([r.get("peak_kv_bytes", 0) / 2 ** 20 for r in mine]),
+                     "peak_kv_mib": report.median([r["peak_kv_bytes"] / 2 ** 20 for r in mine
+                                                   if r.get("peak_kv_bytes")]),  # HF's runs do not report it
                      "identical": f"{sum(same)}/{len(same)}"})
     return rows
 
@@ -88,7 +89,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['label']} | {report._f(r['tok_s'], 1)} | "
                      f"{report._f(r['speedup'], 2, '×') if r['speedup'] else '1 (yardstick)'}{spread} | "
                      f"{report._f(r['tau'])} | {report._f(r['accepted_per_round'])} | "
-                     f"{report._f(r['drafted_per_round'], 1)} | {report._f(r['peak_kv_mib'], 1)} MiB | "
+                     f"{report._f(r['drafted_per_round'], 1)} | "
+                     f"{report._f(r['peak_kv_mib'], 1) + ' MiB' if r['peak_kv_mib'] else 'not reported'} | "
                      f"{r['identical']} |")
     lines += ["", result.get("note", "")]
     return "\n".join(lines) + "\n"
@@ -125,12 +127,16 @@ def main(argv=None) -> int:
                            "command": " ".join(["python -m bench.trees", *(argv if argv is not None else sys.argv[1:])]),
                            "minutes": (time.monotonic() - began) / 60},
               "rows": summarize(records, methods), "records": records}
-    stem = Path(args.out) if args.out else RESULTS / f"trees-{args.target}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    stem.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write(result, Path(args.out) if args.out else RESULTS / f"trees-{args.target}")
     print(markdown(result))
     return 0
+
+
+def write(result: dict, stem: Path) -> None:
+    """stem.json and stem.md; the stem is kept whole (a model name like qwen2.5-coder-1.5b has dots in it)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    Path(f"{stem}.md").write_text(markdown(result), encoding="utf-8")
 
 
 if __name__ == "__main__":
