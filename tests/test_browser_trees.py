@@ -75,8 +75,10 @@ def test_a_recorded_ddd_run_shows_its_checks_against_x(browser, url):
 def test_a_live_eagle2_run_on_the_shipped_head_draws_a_tree(browser, url):
     page = open_page(browser, url)
     page.fill("#sl-prompt textarea", "Name three colours of the rainbow.")
-    page.locator("#sl-max-tokens input[type=number]").fill("10")
-    page.locator("#sl-max-tokens input[type=number]").press("Enter")
+    page.get_by_text("Sampling and length", exact=True).click()  # the accordion holds the length slider
+    tokens = page.get_by_label("number input for max new tokens")
+    tokens.fill("10")
+    tokens.press("Enter")
     page.get_by_label("float32").check()
     page.click("#sl-run")
     page.wait_for_function("document.querySelector('#sl-status').innerText.includes('Done')", timeout=300_000)
