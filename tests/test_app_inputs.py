@@ -267,6 +267,19 @@ def test_good_trace_file_round_trips(tmp_path, tiny_models):
     assert result["state"].output_ids == final["state"].output_ids and not result["error"]
 
 
+def test_a_live_tree_run_on_the_shipped_head_streams_tree_views():
+    """The Run handler end to end on the real SmolLM2 and its shipped EAGLE head: options from the page's tree
+    controls, load, decode, and a finished view whose tree shows the search (the page's opening settings)."""
+    results = list(handlers.run(*controls(model="smollm2-135m", drafter="eagle2", eagle_head="auto", tree_m=20,
+                                          max_new_tokens=10, prompt="Name three colours of the rainbow."),
+                                progress=lambda *a, **k: None))
+    final = results[-1]
+    assert not final.get("error"), final.get("error")
+    assert final["status"].startswith("Done") and final["state"].rounds[0].search["pool"]
+    assert "EAGLE-2 grew" in final["tree"].layout.title.text.replace("<br>", " ")
+    assert "how the tree grew" in final["positions"].layout.title.text
+
+
 def test_race_bad_inputs():
     def race_all(**over):
         values = {"prompt": "hi", "model": "smollm2-135m", "dtype": "float32", "draft_model": handlers.DEFAULT_DRAFT,
