@@ -110,18 +110,14 @@ def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Ite
     opts = DecodeOptions.from_dict(options)
     target = handlers.load(opts.model, opts)
     draft = handlers.load(draft_name, opts) if draft_name else None
-    with handlers.DECODE_LOCK:
-        steps = stream(opts, prompt, target=target, draft=draft)
-        trace, last = None, 0.0
-        try:
-            for trace in steps:
-                if time.monotonic() - last >= STREAM_EVERY:
-                    yield trace.to_dict()
-                    last = time.monotonic()
-        finally:
-            steps.close()
-        if trace is not None:
-            yield trace.to_dict()
+    trace, last = None, 0.0
+    with handlers.DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
+        for trace in lease.items():
+            if time.monotonic() - last >= STREAM_EVERY:
+                yield trace.to_dict()
+                last = time.monotonic()
+    if trace is not None:
+        yield trace.to_dict()
 
 
 def views(trace: BeamTrace, index: int | None = None) -> dict:

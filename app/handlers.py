@@ -5,7 +5,6 @@ the only process-wide objects (decoders.models caches them); a user's trace and 
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Iterator
 
@@ -16,16 +15,13 @@ from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
 from .controls import DEFAULT_DRAFT, FROM_HEAD
+from .decode_slot import DecodeSlot
 from .hosting import check_model_allowed, gpu
 from .render_text import round_of_span
 from .session import RunSession
 from .views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
-# One generation at a time, process-wide. The layer-skip drafter temporarily swaps decoder layers out of the
-# *shared, cached* target model while it drafts, so a second run on the same model at the same moment would see
-# a half-skipped model; timings of concurrent runs would also be meaningless on a 2-core CPU. The Run and Race
-# events share one Gradio concurrency group of size 1 (ui.py) and this lock guards any other caller.
-DECODE_LOCK = threading.Lock()
+DECODE_SLOT = DecodeSlot()  # one generation at a time, process-wide (app/decode_slot.py says why)
 
 # The controls of the Generate tab, in the order ui.py passes them.
 RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
@@ -188,26 +184,22 @@ def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
     """Stream a run as plain trace dicts: at most one per `every` seconds, and always the finished trace.
 
     Plain data in and out, so it can run in ZeroGPU's forked worker. Closing this generator (Stop) closes the
-    core's generator, whose `finally` frees every cache.
+    core's generator, whose `finally` frees every cache; so does a later run taking over an abandoned one.
     """
     from decoders.api import stream
 
     opts = DecodeOptions.from_dict(options)
     target, draft = load_models(opts)
-    with DECODE_LOCK:
-        rounds = stream(opts, prompt, target=target, draft=draft)
-        try:
-            last = time.monotonic()
-            trace = None
-            for trace in rounds:
-                now = time.monotonic()
-                if every >= 0 and now - last >= every:
-                    yield trace.to_dict()
-                    last = time.monotonic()
-        finally:
-            rounds.close()
-        if trace is not None:
-            yield trace.to_dict()
+    trace = None
+    with DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
+        last = time.monotonic()
+        for trace in lease.items():
+            now = time.monotonic()
+            if every >= 0 and now - last >= every:
+                yield trace.to_dict()
+                last = time.monotonic()
+    if trace is not None:
+        yield trace.to_dict()
 
 
 def admit(session: RunSession | None) -> None:

@@ -94,12 +94,12 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     """Warm up and time each run in turn; yields each finished trace as a plain dict."""
     from decoders.api import generate
 
-    from .handlers import DECODE_LOCK
+    from .handlers import DECODE_SLOT
 
     for data in options:
         opts = DecodeOptions.from_dict(data)
         target, draft = load_models(opts)
-        with DECODE_LOCK:
+        with DECODE_SLOT.hold():
             generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)
             timed = [generate(opts, prompt, target, draft) for _ in range(TIMED_RUNS)]
         yield median_run(timed).to_dict()

@@ -6,6 +6,7 @@ from FIGURES, a few sentences). An entry with `coming` set is listed as coming a
 """
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -14,9 +15,11 @@ import plotly.graph_objects as go
 from decoders.beams.trace import BeamTrace, load_any
 from decoders.options import DecodeOptions
 from decoders.trace import Trace
+from decoders.whisper.record import WhisperSet
 
 from . import explainer
 from .controls import EXAMPLE_CONTROLS, example_states
+from .render_beams import beam_figure, results_html
 from .render_forest import forest_figure
 from .render_rule import positions_figure
 from .render_search import growth_figure
@@ -76,8 +79,16 @@ def _forest(trace: BeamTrace) -> go.Figure:
     return forest_figure(trace, busiest)
 
 
+def _whisper_search(recorded: WhisperSet) -> go.Figure:
+    """The first decoder whose transcript differs from the first one's (else the second), its whole beam tree with
+    the path drawn thick from where it leaves the first decoder's."""
+    first, others = recorded.traces[0], recorded.traces[1:] or recorded.traces
+    shown = next((t for t in others if t.output_ids != first.output_ids), others[0])
+    return beam_figure(shown, None, first if shown is not first else None)
+
+
 FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure,
-           "growth": _growth, "forest": _forest}
+           "growth": _growth, "forest": _forest, "whisper": _whisper_search}
 
 LESSONS: list[Lesson] = [
     Lesson("1. One token per forward", "Baseline",
@@ -118,8 +129,17 @@ LESSONS: list[Lesson] = [
            "forward, and each layer keeps as many beams as the draft's agreement allows. Thick paths are the "
            "beams carried forward. Run it live on the **Beams** tab.", "forest", "beams/dsbd-qwen-code.json"),
     Lesson("7. Whisper's beam search and its alternatives", "Whisper",
-           "Speech recognition decodes with beam search; Filter-Ends and Min Lookahead change which beams survive.",
-           "tree", coming="needs a recorded Whisper trace and its figure here (the Whisper tab runs it live)"),
+           "Whisper turns speech into text one token at a time too. **Greedy** decoding takes the likeliest token "
+           "at every step and never looks back. **Beam search** keeps B = 5 partial transcripts (beams) alive, "
+           "extends each with its likeliest next tokens, moves candidates that end (EOT, squares) into a finished "
+           "pool and, once B have finished, picks the best by length-normalised log-probability. In this LibriVox "
+           "clip greedy writes *old-sposed*: *old* led *ill* by a hair when it had to choose. Beam search kept both; "
+           "one token later *ill-* took the lead and *ill-disposed* won (thick purple: where its path leaves "
+           "greedy's). **Filter-Ends** "
+           "lets an ending in only when the model itself prefers to stop; **Min Lookahead** ranks beams by a short "
+           "greedy look ahead. Both are SpecLab's reconstructions: the paper's exact definitions were not "
+           "retrievable. Hover a node for its log-probability and score.",
+           "whisper", "whisper/librivox-0880.json"),
     Lesson("8. What speed-up to expect", "Speed-up",
            "Leviathan's formula predicts the speed-up from the acceptance rate **α**, the draft length **γ** and "
            "the draft's cost **c** relative to the target. It assumes verifying γ+1 tokens costs one target step, "
@@ -138,12 +158,38 @@ def lesson_trace(lesson: Lesson, folder: Path = TRACES) -> Trace | BeamTrace | N
     if not lesson.trace:
         return None
     path = folder / lesson.trace
+    if lesson.figure == "whisper":
+        return WhisperSet.from_json(path.read_text(encoding="utf-8"))
     return load_any(path.read_text(encoding="utf-8")) if lesson.figure == "forest" else read_trace_file(path)
 
 
 def runs_in_generate(lesson: Lesson) -> bool:
-    """"Try it" fills the Generate tab, which runs chain and tree methods; beams run on their own tab."""
-    return bool(lesson.trace) and lesson.figure != "forest"
+    """"Try it" fills the Generate tab, which runs chain and tree methods; beams and Whisper run on their own tabs."""
+    return bool(lesson.trace) and lesson.figure not in ("forest", "whisper")
+
+
+def lesson_table(lesson: Lesson, folder: Path = TRACES) -> str:
+    """HTML shown under the picture ("" for none): a Whisper lesson's transcripts side by side, WER included."""
+    if lesson.figure != "whisper" or lesson.coming:
+        return ""
+    recorded = lesson_trace(lesson, folder)
+    first = recorded.traces[0]
+    caption = (f"<p><small>Recorded on {html.escape(recorded.clip)} with {html.escape(first.model)} (float32, "
+               f"beam size {first.options.get('beam_size')}) on SpecLab's 2-core CPU: the times are that run's. "
+               "WER against the LibriVox reference.</small></p>")
+    return results_html(recorded.traces, recorded.reference) + caption
+
+
+def whisper_try_states(lesson: Lesson, folder: Path = TRACES) -> dict[str, dict]:
+    """{control: update} for the Whisper tab (audio, example, reference, decoders) that re-runs the recording."""
+    from .whisper_tab import AUDIO_DIR
+
+    recorded = lesson_trace(lesson, folder)
+    audio = AUDIO_DIR / recorded.clip
+    if not audio.is_file():
+        raise ValueError(f"lesson '{lesson.title}' was recorded on {recorded.clip}, which is not in {AUDIO_DIR}")
+    return {"audio": {"value": str(audio)}, "example": {"value": recorded.clip},
+            "reference": {"value": recorded.reference}, "decoders": {"value": [t.decoder for t in recorded.traces]}}
 
 
 def lesson_figure(lesson: Lesson, folder: Path = TRACES) -> go.Figure:
@@ -180,8 +226,9 @@ def contents_markdown(lessons: list[Lesson] = LESSONS) -> str:
     return "**Lessons**\n\n" + "\n".join(lines)
 
 
-def build(controls: dict) -> None:
-    """Lessons as tabs; "try it" fills the Generate tab's controls (`controls`: name -> component)."""
+def build(controls: dict, whisper: dict | None = None) -> None:
+    """Lessons as tabs; "try it" fills the Generate tab's controls (`controls`: name -> component) or, for the
+    Whisper lesson, the Whisper tab's (`whisper`: the dict whisper_tab.build returns)."""
     import gradio as gr
 
     from . import glossary
@@ -193,6 +240,9 @@ def build(controls: dict) -> None:
             with gr.Tab(tab_label(lesson)):
                 gr.Markdown(f"### {lesson.title}\n\n{lesson.text}")
                 gr.Plot(lesson_figure(lesson), label=lesson.title)
+                table = lesson_table(lesson)
+                if table:
+                    gr.HTML(table)
                 if lesson.coming:
                     gr.Markdown(f"*Coming: {lesson.coming}.*")
                     continue
@@ -203,6 +253,19 @@ def build(controls: dict) -> None:
                     button.click(lambda s=states: (*(gr.update(**s[n]) for n in EXAMPLE_CONTROLS),
                                                    "Loaded: open the **Generate** tab and press **Run**."),
                                  None, [*targets, note], queue=False, show_progress="hidden")
+                elif lesson.figure == "whisper" and whisper:
+                    _whisper_button(lesson, whisper)
     with gr.Accordion("Rejection-sampling explainer", open=False):
         explainer.build(with_glossary=False)
     glossary.build()
+
+
+def _whisper_button(lesson: Lesson, whisper: dict) -> None:
+    import gradio as gr
+
+    states, names = whisper_try_states(lesson), ("audio", "example", "reference", "decoders")
+    button = gr.Button("Try it: load this clip and these decoders into the Whisper tab", variant="primary")
+    note = gr.Markdown()
+    button.click(lambda: (*(gr.update(**states[n]) for n in names),
+                          "Loaded: open the **Whisper** tab and press **Transcribe**."),
+                 None, [*(whisper[n] for n in names), note], queue=False, show_progress="hidden")

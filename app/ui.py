@@ -275,7 +275,7 @@ def build_demo() -> gr.Blocks:
         def stop_fn(trace, run_session):
             return to_tuple(handlers.stop(trace, run_session))
 
-        # concurrency_id "decode", limit 1: one generation at a time (see handlers.DECODE_LOCK for why).
+        # concurrency_id "decode", limit 1: one generation at a time (app/decode_slot.py says why).
         c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
                            concurrency_id="decode", api_name="run", validator=admit_fn)
         # The one cancel path is the session (app/session.py): no `cancels=[run]`, which the page never sends in
@@ -302,10 +302,10 @@ def build_demo() -> gr.Blocks:
 
             beams_tab.build()
         with gr.Tab("Whisper", id="whisper"):
-            whisper_tab.build()
+            whisper_inputs = whisper_tab.build()
             glossary.build()
         with gr.Tab("Learn", id="learn"):
-            teach.build(c)
+            teach.build(c, whisper_inputs)
         with gr.Tab("Claims", id="claims"):
             claims.build()
     return demo

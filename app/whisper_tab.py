@@ -102,8 +102,8 @@ def _error(message: str) -> dict:
             "traces": gr.skip(), "step": gr.skip(), **{f"tree_{i}": gr.skip() for i in range(len(DECODERS))}}
 
 
-def build() -> None:
-    """The tab's components and events; call inside a gr.Tab."""
+def build() -> dict:
+    """The tab's components and events; call inside a gr.Tab. Returns the inputs a lesson's "try it" fills."""
     from decoders.whisper.models import whisper_models
 
     gr.Markdown("Transcribe speech with Whisper and watch the beam searches decide. Clips up to 30 s (one Whisper "
@@ -144,3 +144,4 @@ def build() -> None:
     out["step"].input(lambda t, s: tuple(show_step(t, s)[n] for n in tree_names), [out["traces"], out["step"]],
                       [out[n] for n in tree_names], trigger_mode="always_last", api_name="whisper_step")
     example.input(pick_example, [example], [audio, reference])
+    return {"audio": audio, "example": example, "reference": reference, "decoders": decoders}

@@ -146,7 +146,7 @@ def summarize(rows: list[dict], chosen: list[Arm]) -> list[dict]:
             continue
         seconds = sum(r["decode_seconds"] for r in mine)
         logps = [r["mean_logprob"] for r in mine if r["mean_logprob"] is not None]
-        out.append({"arm": arm.label, "problems": len(mine),
+        out.append({"arm": arm.label, "key": arm.key, "width": arm.options.get("width"), "problems": len(mine),
                     "tokens_per_second": sum(r["tokens"] for r in mine) / seconds if seconds > 0 else None,
                     "target_forwards": sum(r["target_forwards"] for r in mine) / len(mine),
                     "peak_kv_bytes": max(r["peak_kv_bytes"] for r in mine),
@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--problems must be between 1 and 164 (HumanEval has 164)")
     from decoders.models import ModelError, load_model
 
+    from .__main__ import machine
+
     try:
         target, draft = load_model(args.target), load_model(args.draft)
         chosen = arms(gamma=args.gamma, thres=args.thres)
@@ -191,11 +193,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = summarize(rows, chosen)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+            "command": " ".join(["python -m bench.beams", *(argv if argv is not None else sys.argv[1:])])}
     args.out.write_text(json.dumps({"target": args.target, "draft": args.draft, "problems": args.problems,
-                                    "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                                    "max_new_tokens": args.max_new_tokens, "seed": args.seed, "meta": meta,
                                     "summary": summary, "rows": rows}, indent=1))
+    header = (f"# Beam methods on HumanEval: {args.target} + {args.draft}\n\n`{meta['command']}` · first {args.problems} "
+              f"problems × {args.max_new_tokens} new tokens · T = 1, seed {args.seed} · {meta['dtype']} · "
+              f"{meta['threads']} threads · {meta['machine']} · torch {meta['torch']}\n\n")
+    args.out.with_suffix(".md").write_text(header + markdown(summary), encoding="utf-8")
     print(markdown(summary))
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,19 +38,20 @@ def drafts(tiny):
 
 @pytest.fixture(autouse=True)
 def _no_run_left_holding_the_decode_lock():
-    """A test that fails with a run generator still open leaves app.handlers.DECODE_LOCK held, and every later run
-    in the session would wait for it forever (a 90-minute CI hang instead of one failure). Fail that test instead
-    and free the lock for the rest."""
+    """A run generator left suspended inside app.handlers.DECODE_SLOT (a failed test, or a browser test's server
+    closed mid-run) would make the next run wait STALE_AFTER seconds before taking the slot over. Take it back at
+    once instead; a holder still computing with no server left to drive it is a test bug: fail that test."""
     yield
     handlers = sys.modules.get("app.handlers")
-    lock = getattr(handlers, "DECODE_LOCK", None)
-    if lock is not None and lock.locked() and not _app_server_running():
-        # A run suspended inside the lock whose server has closed is garbage: collecting it closes the generator,
-        # which leaves the lock as a live server would once the run object dies. Only a run still referenced fails.
-        gc.collect()
-    if lock is not None and lock.locked() and not _app_server_running():
-        lock.release()
-        pytest.fail("the test left a decode run open (app.handlers.DECODE_LOCK held); close the run generator")
+    slot = getattr(handlers, "DECODE_SLOT", None)
+    if slot is None or not slot.locked() or _app_server_running():
+        return
+    gc.collect()  # a run nobody references any more closes itself when collected
+    deadline = time.monotonic() + 30  # a round still computing in a closed server's worker thread ends soon
+    while not slot.release_idle():
+        if time.monotonic() > deadline:
+            pytest.fail("the test left a decode run computing in the background (app.handlers.DECODE_SLOT held)")
+        time.sleep(0.2)
 
 
 def _app_server_running() -> bool:

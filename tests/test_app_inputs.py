@@ -141,9 +141,9 @@ def test_closing_the_run_frees_the_caches(tiny_models, released, monkeypatch):
     session = RunSession()
     run = handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session=session)
     seen = first_round(run)
-    assert not seen.stop_reason and handlers.DECODE_LOCK.locked() and not released
+    assert not seen.stop_reason and handlers.DECODE_SLOT.locked() and not released
     run.close()  # what Gradio does to a running event when Stop cancels it
-    assert len(released) == 2 and not handlers.DECODE_LOCK.locked()  # the target's and the draft's caches
+    assert len(released) == 2 and not handlers.DECODE_SLOT.locked()  # the target's and the draft's caches
     assert not session.running and session.idle.is_set()
     views = handlers.stop(seen, session)
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
@@ -180,7 +180,7 @@ def test_stop_waits_for_the_run_to_close_and_shows_its_last_round(tiny_models, m
     views = handlers.stop(None, session)
     closer.join()
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
-    assert not handlers.DECODE_LOCK.locked()
+    assert not handlers.DECODE_SLOT.locked()
 
 
 def test_stop_from_the_page_ends_a_running_run_that_nobody_closes(tiny_models, monkeypatch):
@@ -200,7 +200,7 @@ def test_stop_from_the_page_ends_a_running_run_that_nobody_closes(tiny_models, m
     worker.join(timeout=30)
     assert not worker.is_alive()
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
-    assert len(views["state"].output_ids) < 200 and not handlers.DECODE_LOCK.locked()
+    assert len(views["state"].output_ids) < 200 and not handlers.DECODE_SLOT.locked()
     shown = [r["state"] for r in seen if r.get("state")]
     assert shown[-1].stop_reason == "cancelled"  # the run's own last view says it stopped (Stop may give up waiting)
     assert not any(t.stop_reason for t in shown[:-1])

@@ -87,5 +87,5 @@ def test_stop_cancels_a_queued_run_and_a_running_one(server, released):
     said = first.predict(api_name="/stop")
     assert said[0].startswith("Stopped:") and "freed its caches" in said[0]
     assert len(released) == freed_before + 1  # the target's caches, released by the decoder's finally
-    assert not handlers.DECODE_LOCK.locked()
+    assert not handlers.DECODE_SLOT.locked()
     assert first.predict(api_name="/stop")[0] == "Nothing to stop: the last run had already stopped."

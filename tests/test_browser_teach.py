@@ -45,7 +45,7 @@ def test_every_lesson_draws_its_picture_without_a_model(page):
         panel.locator(".js-plotly-plot").first.wait_for(state="visible")
         if not lesson.coming:
             assert panel.locator(".js-plotly-plot .main-svg").count() > 0
-        if lesson.title.startswith(("2.", "3.", "5.", "6.", "8.")):
+        if lesson.title.startswith(("2.", "3.", "5.", "6.", "7.", "8.")):
             shot(page, "learn-" + lesson.figure + "-" + lesson.title.split(".")[0], publish=True, full_page=True)
     assert LOADS == []
 
@@ -62,6 +62,19 @@ def test_try_it_fills_the_generate_tab(page):
     box = page.locator("#sl-prompt textarea")
     page.wait_for_function("(want) => document.querySelector('#sl-prompt textarea').value === want", arg=prompt)
     assert box.input_value() == prompt
+    assert LOADS == []
+
+
+def test_the_whisper_lesson_s_try_it_fills_the_whisper_tab(page):
+    lesson = next(lesson for lesson in teach.ready() if lesson.figure == "whisper")
+    reference = teach.lesson_trace(lesson).reference
+    page.get_by_role("tab", name="Learn", exact=True).click()
+    page.get_by_role("tab", name=_tab_name(lesson), exact=True).click()
+    page.get_by_role("button", name="Try it: load this clip and these decoders into the Whisper tab").click()
+    page.get_by_text("Loaded: open the Whisper tab").first.wait_for(state="visible")
+    page.get_by_role("tab", name="Whisper", exact=True).click()
+    page.wait_for_function("(want) => document.querySelector('#sw-reference textarea').value === want", arg=reference)
+    assert page.locator("#sw-decoders input[type=checkbox]:checked").count() == len(teach.lesson_trace(lesson).traces)
     assert LOADS == []
 
 

@@ -133,3 +133,24 @@ def test_the_tree_bench_fills_the_eagle2_and_ddd_rows(results):
                       "EAGLE-2 cpu on smollm2-135m: 0.93× over our baseline (float32; 6 prompts × 2 reps, τ 1.80)"]
     (ddd,) = _rows_for(table, "DDD (dynamic depth)")
     assert ddd.measurement.source == "trees-smollm2-135m.json" and "0.21 of the claim" in ddd.measurement.ratio
+
+
+def test_dsbd_is_measured_against_beam_sampling_at_its_own_width(results):
+    (dsbd,) = _rows_for(claims.rows(claims.load_results(results)), "DSBD (speculative beams)")
+    assert dsbd.note.startswith("not measured")  # no bench.beams file yet
+
+    def arm(key, width, tps, kv, logp, passed):
+        return {"arm": key, "key": key, "width": width, "tokens_per_second": tps, "peak_kv_bytes": kv,
+                "mean_logprob": logp, "pass_at_1": passed}
+    summary = [arm("dsbd", 4, 6.0, 4000, -0.31, 0.5), arm("beam-sampling-2", 2, 9.0, 2000, -0.3, 0.5),
+               arm("beam-sampling-4", 4, 4.0, 4000, -0.29, 0.4), arm("speculative", None, 8.0, 1000, -0.4, 0.3)]
+    meta = {"command": "python -m bench.beams --problems 4", "machine": "Test CPU", "threads": 2, "dtype": "float32"}
+    (results / "beams.json").write_text(json.dumps({"target": "big", "draft": "small", "problems": 4,
+                                                    "max_new_tokens": 64, "meta": meta, "summary": summary}))
+    (dsbd,) = _rows_for(claims.rows(claims.load_results(results)), "DSBD (speculative beams)")
+    value = dsbd.measurement.value
+    assert value.startswith("DSBD 1.50× beam sampling at width 4 on big + small")  # 6 / 4, not 6 / 9 (width 2)
+    assert "mean log p -0.31 vs -0.29" in value and "pass@1 0.50 vs 0.40" in value
+    assert "peak KV 4.0× speculative sampling's" in value
+    assert dsbd.measurement.ratio == "1.50×: inside the claimed 1.5–1.9×"
+    assert dsbd.measurement.command == "python -m bench.beams --problems 4" and "Test CPU" in dsbd.measurement.hardware

@@ -64,13 +64,57 @@ def test_the_tree_and_beam_lessons_draw_real_recorded_runs(no_model_loads):
     assert "iteration" in teach.lesson_figure(beams).layout.title.text
 
 
-def test_coming_lessons_draw_a_notice_not_a_figure():
-    coming = [lesson for lesson in teach.LESSONS if lesson.coming]
-    assert coming, "trees, beams and Whisper have not landed as lessons yet"
-    for lesson in coming:
-        fig = teach.lesson_figure(lesson)
-        assert len(fig.data) == 0 and "Coming" in fig.layout.annotations[0].text
-        assert f"coming: {lesson.coming}" in teach.contents_markdown()
+def test_every_lesson_has_landed_and_a_coming_one_draws_a_notice_not_a_figure():
+    assert [lesson.title for lesson in teach.LESSONS if lesson.coming] == []  # issue 9's eight lessons
+    coming = teach.Lesson("9. Later", "Later", "text", "tree", coming="needs a recorded trace")
+    fig = teach.lesson_figure(coming)
+    assert len(fig.data) == 0 and "Coming" in fig.layout.annotations[0].text
+    assert "coming: needs a recorded trace" in teach.contents_markdown([*teach.LESSONS, coming])
+    assert teach.ready([*teach.LESSONS, coming]) == teach.LESSONS
+
+
+def _whisper_lesson() -> teach.Lesson:
+    return next(lesson for lesson in teach.ready() if lesson.figure == "whisper")
+
+
+def test_the_whisper_lesson_tells_what_its_recording_shows(no_model_loads):
+    """The lesson's sentences are about this recording: greedy writes 'old-sposed', beam search keeps 'ill' alive
+    though 'old' led when greedy chose, 'ill' leads one token later and wins with a lower WER."""
+    from decoders.whisper.wer import wer
+
+    lesson = _whisper_lesson()
+    recorded = teach.lesson_trace(lesson)
+    greedy, beam = (next(t for t in recorded.traces if t.decoder == d) for d in ("greedy", "beam"))
+    assert "old-sposed" in greedy.output_text and "ill-disposed" in beam.output_text
+    assert "old-sposed" in lesson.text and "ill-disposed" in lesson.text
+    assert wer(recorded.reference, beam.output_text) < wer(recorded.reference, greedy.output_text)
+
+    def kept_texts(step):  # the live beams' last tokens, best first
+        return [beam.nodes[n].text.strip() for n in sorted(beam.steps[step].kept, key=lambda n: -beam.nodes[n].score)]
+    choice = next(i for i in range(len(beam.steps)) if "ill" in kept_texts(i))
+    assert kept_texts(choice)[:2] == ["old", "ill"]  # old led when greedy chose; beam search kept both
+    leader = max(beam.steps[choice + 1].kept, key=lambda n: beam.nodes[n].score)
+    assert beam.nodes[beam.nodes[leader].parent].text.strip() == "ill"  # one token later ill- leads
+
+
+def test_the_whisper_lesson_draws_beam_search_leaving_greedy_and_lists_the_transcripts(no_model_loads):
+    lesson = _whisper_lesson()
+    assert not teach.runs_in_generate(lesson)
+    fig = teach.lesson_figure(lesson)
+    assert "standard beam search" in fig.layout.title.text
+    assert any(t.name == "diverges from the first decoder" for t in fig.data)  # greedy is the first decoder
+    table = teach.lesson_table(lesson)
+    assert "sposed" in table and "disposed" in table and "WER" in table and "<td>0.0%</td>" in table
+    assert teach.lesson_table(teach.ready()[0]) == ""
+
+
+def test_the_whisper_lesson_s_try_it_loads_its_clip_and_decoders():
+    lesson = _whisper_lesson()
+    states = teach.whisper_try_states(lesson)
+    recorded = teach.lesson_trace(lesson)
+    assert states["example"]["value"] == recorded.clip and states["audio"]["value"].endswith(recorded.clip)
+    assert states["reference"]["value"] == recorded.reference != ""
+    assert states["decoders"]["value"] == [t.decoder for t in recorded.traces]
 
 
 def test_a_lesson_is_a_one_entry_change(tmp_path):
@@ -99,7 +143,10 @@ def test_the_learn_tab_builds_with_its_buttons_wired():
 
     with gr.Blocks() as demo:
         controls = {name: gr.Textbox(label=name) for name in EXAMPLE_CONTROLS}
-        teach.build(controls)
+        whisper = {"audio": gr.Audio(type="filepath"), "example": gr.Dropdown(["librivox-0880.wav"]),
+                   "reference": gr.Textbox(), "decoders": gr.CheckboxGroup(["greedy", "beam", "filter-ends",
+                                                                            "min-lookahead"])}
+        teach.build(controls, whisper)
     labels = [getattr(block, "value", None) for block in demo.blocks.values() if isinstance(block, gr.Button)]
     assert labels.count("Try it: load these settings into the Generate tab") == \
         len([lesson for lesson in teach.ready() if teach.runs_in_generate(lesson)])
@@ -111,3 +158,8 @@ def test_the_learn_tab_builds_with_its_buttons_wired():
     assert len(values) == len(EXAMPLE_CONTROLS) + 1
     assert values[EXAMPLE_CONTROLS.index("method")]["value"] == teach.lesson_trace(teach.ready()[0]).options["method"]
     assert "Generate" in values[-1]
+    heard = {id(c) for c in whisper.values()}
+    whisper_wired = [dep for dep in demo.fns.values() if heard <= {id(o) for o in dep.outputs}]
+    assert len(whisper_wired) == 1 and "Try it: load this clip and these decoders into the Whisper tab" in labels
+    audio, example, reference, chosen, note = whisper_wired[0].fn()
+    assert example["value"] == "librivox-0880.wav" and "beam" in chosen["value"] and "Whisper" in note

@@ -109,3 +109,22 @@ def test_a_one_step_search_gives_a_slider_gradio_accepts(monkeypatch):
     out = run(str(AUDIO / SHORT_CLIPS[0]), decoders=("greedy",))
     assert not out["error"]
     assert out["step"]["maximum"] > 1 and out["step"]["value"] == 1 and out["step"]["visible"] is False
+
+
+def test_a_recorded_set_replays_what_was_transcribed_and_bad_files_say_why(tmp_path, capsys):
+    from decoders.trace import TraceError
+    from decoders.whisper.record import WhisperSet, main
+
+    out = tmp_path / "set.json"
+    assert main(["--clip", str(AUDIO / "librivox-0930.wav"), "--decoders", "greedy,beam", "--out", str(out)]) == 0
+    recorded = WhisperSet.from_json(out.read_text())
+    assert recorded.clip == "librivox-0930.wav" and recorded.reference == CLIPS["librivox-0930.wav"]["reference"]
+    assert [t.decoder for t in recorded.traces] == ["greedy", "beam"]
+    assert recorded.traces[0].output_ids == run(AUDIO / "librivox-0930.wav")["traces"][0]["output_ids"]  # greedy
+    for text, message in (("{", "not a JSON file"), ('{"format": "x"}', "not a recorded Whisper set"),
+                          ('{"format": "speclab-whisper-set", "version": 9}', "version 9"),
+                          ('{"format": "speclab-whisper-set", "version": 1, "traces": []}', "at least one trace")):
+        with pytest.raises(TraceError, match=message):
+            WhisperSet.from_json(text)
+    assert main(["--clip", str(tmp_path / "missing.wav"), "--out", str(tmp_path / "x.json")]) == 2
+    assert "no such audio file" in capsys.readouterr().err

@@ -1,0 +1,84 @@
+"""app/decode_slot.py: one decode at a time; a holder that waits on an update nobody asks for is taken over after
+stale_after seconds (its decoder closed, its caches freed), a holder that computes never is."""
+from __future__ import annotations
+
+import threading
+import time
+
+from app.decode_slot import DecodeSlot
+
+
+def _decoder(closed: list, compute: float = 0.0):
+    try:
+        for i in range(1000):
+            time.sleep(compute)
+            yield i
+    finally:
+        closed.append("closed")  # the real decoder frees its caches here
+
+
+def _in_thread(fn) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_abandoned_holder_is_taken_over_and_its_decoder_closed():
+    slot, closed, got = DecodeSlot(stale_after=0.3), [], []
+
+    def run():
+        with slot.hold(_decoder(closed)) as lease:
+            for item in lease.items():
+                yield item
+    abandoned = run()
+    assert next(abandoned) == 0 and slot.locked()  # suspended inside the slot, and nobody asks for more
+
+    def second_run():
+        with slot.hold():
+            got.append("took over")
+    started = time.monotonic()
+    _in_thread(second_run).join(5)
+    assert got == ["took over"] and closed == ["closed"]
+    assert 0.3 <= time.monotonic() - started < 3
+    assert list(abandoned) == []  # should its consumer come back, the run just ends
+
+
+def test_a_holder_that_keeps_computing_is_never_taken_over():
+    slot, closed, order = DecodeSlot(stale_after=0.05), [], []
+
+    def slow_run():
+        with slot.hold(_decoder(closed, compute=0.3)) as lease:
+            for item in lease.items():
+                if item == 2:
+                    break
+        order.append("first done")
+    first = _in_thread(slow_run)
+    time.sleep(0.1)
+    with slot.hold():  # waits the whole 0.9 s: the holder computes, it is not idle
+        order.append("second")
+    first.join(5)
+    assert order == ["first done", "second"] and closed == ["closed"]
+
+
+def test_a_waiting_run_starts_when_the_holder_leaves_and_the_slot_frees_on_errors():
+    slot, closed = DecodeSlot(stale_after=60), []
+    try:
+        with slot.hold(_decoder(closed)) as lease:
+            next(lease.items())
+            raise RuntimeError("a failing run")
+    except RuntimeError:
+        pass
+    assert not slot.locked() and closed == ["closed"]  # the decoder is closed however the block ends
+
+
+def test_release_idle_frees_a_suspended_holder_at_once_but_not_one_still_computing():
+    slot, closed = DecodeSlot(stale_after=60), []
+
+    def run():
+        with slot.hold(_decoder(closed)) as lease:
+            yield from lease.items()
+    suspended = run()
+    next(suspended)
+    assert slot.release_idle() and not slot.locked() and closed == ["closed"]
+    with slot.hold():
+        assert not slot.release_idle()  # computing (never handed an item out): left alone
