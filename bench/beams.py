@@ -1,6 +1,6 @@
 """Beam methods against the chain methods on HumanEval: `python -m bench.beams`.
 
-Arms: DSBD, beam sampling at widths 2-4, speculative sampling (draft model, static γ) and plain sampling, all at
+Arms: DSBD (and DSBD in its one-input-beam memory mode), beam sampling at widths 2-4, speculative sampling (draft model, static γ) and plain sampling, all at
 temperature 1 on the same problems and seed. Per arm: tokens/s (generated tokens over decode seconds, summed over
 problems), target forwards per problem, peak KV bytes, the target's mean log-probability of the output tokens (one
 extra target forward on prompt + output, full vocabulary at temperature 1: how likely the target finds what each
@@ -40,8 +40,10 @@ class Arm:
 
 
 def arms(gamma: int = 4, widths: tuple[int, ...] = (2, 3, 4), dsbd_width: int = 4, thres: float = 0.7) -> list[Arm]:
-    out = [Arm("dsbd", f"DSBD W={dsbd_width} γ={gamma} thres={thres}",
-               {"method": "dsbd", "width": dsbd_width, "gamma": gamma, "thres": thres})]
+    dsbd = {"method": "dsbd", "width": dsbd_width, "gamma": gamma, "thres": thres}
+    out = [Arm("dsbd", f"DSBD W={dsbd_width} γ={gamma} thres={thres}", dsbd),
+           Arm("dsbd-memory", f"DSBD W={dsbd_width} γ={gamma} thres={thres}, one input beam (memory mode)",
+               {**dsbd, "one_input_beam": True})]
     out += [Arm(f"beam-sampling-{w}", f"beam sampling width {w}", {"method": "beam-sampling", "width": w})
             for w in widths]
     out += [Arm("speculative", f"speculative sampling γ={gamma}",
@@ -175,17 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thres", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HumanEval check")
+    parser.add_argument("--arms", default="", help="comma-separated arm keys to run (default: all of them)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/beams.json"))
     args = parser.parse_args(argv)
     if not 1 <= args.problems <= 164:
         parser.error("--problems must be between 1 and 164 (HumanEval has 164)")
+    known = {arm.key for arm in arms()}
+    wanted = [key.strip() for key in args.arms.split(",") if key.strip()]
+    if set(wanted) - known:
+        parser.error(f"unknown arm(s) {', '.join(sorted(set(wanted) - known))}; choose from {', '.join(sorted(known))}")
     from decoders.models import ModelError, load_model
 
     from .__main__ import machine
 
     try:
         target, draft = load_model(args.target), load_model(args.draft)
-        chosen = arms(gamma=args.gamma, thres=args.thres)
+        chosen = [arm for arm in arms(gamma=args.gamma, thres=args.thres) if not wanted or arm.key in wanted]
         rows = run_bench(target, draft, humaneval_subset(args.problems), chosen, args.max_new_tokens, args.seed,
                          args.timeout)
     except (ModelError, OptionsError) as err:

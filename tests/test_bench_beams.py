@@ -54,11 +54,12 @@ def bench_rows(tiny, drafts, monkeypatch):
 
 def test_every_arm_runs_and_the_table_has_its_columns(bench_rows):
     rows, chosen, checked = bench_rows
-    assert [a.key for a in chosen] == ["dsbd", "beam-sampling-2", "beam-sampling-3", "beam-sampling-4",
-                                       "speculative", "sampling"]
+    assert [a.key for a in chosen] == ["dsbd", "dsbd-memory", "beam-sampling-2", "beam-sampling-3",
+                                       "beam-sampling-4", "speculative", "sampling"]
     summary = beams.summarize(rows, chosen)
     assert all(set(beams.COLUMNS) <= set(row) for row in summary)
-    assert [(row["key"], row["width"]) for row in summary] == [("dsbd", 3), ("beam-sampling-2", 2), ("beam-sampling-3", 3),
+    assert [(row["key"], row["width"]) for row in summary] == [("dsbd", 3), ("dsbd-memory", 3), ("beam-sampling-2", 2),
+                                                               ("beam-sampling-3", 3),
                                                                ("beam-sampling-4", 4), ("speculative", None),
                                                                ("sampling", None)]
     for row in summary:
@@ -67,7 +68,9 @@ def test_every_arm_runs_and_the_table_has_its_columns(bench_rows):
     plain = next(r for r in summary if r["arm"] == "plain sampling")
     assert plain["target_forwards"] == 8  # one target forward per token (a tiny model never draws EOS here)
     table = beams.markdown(summary)
-    assert table.splitlines()[0] == "| " + " | ".join(beams.COLUMNS) + " |" and len(table.splitlines()) == 2 + 6
+    assert table.splitlines()[0] == "| " + " | ".join(beams.COLUMNS) + " |" and len(table.splitlines()) == 2 + 7
+    memory = next(r for r in summary if r["key"] == "dsbd-memory")
+    assert memory["peak_kv_bytes"] < next(r for r in summary if r["key"] == "dsbd")["peak_kv_bytes"]
 
 
 def test_pass_at_1_is_the_checkers_verdict(bench_rows):
@@ -75,6 +78,12 @@ def test_pass_at_1_is_the_checkers_verdict(bench_rows):
     assert len(checked) == len(rows) == 2 * len(chosen)  # every output went through the checker
     assert {r["task_id"]: r["passed"] for r in rows if r["arm"] == "sampling"} == {"toy/0": True, "toy/1": False}
     assert all(row["pass_at_1"] == 0.5 for row in beams.summarize(rows, chosen))
+
+
+def test_cli_refuses_an_unknown_arm(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        beams.main(["--arms", "dsbd,warp-drive"])
+    assert exit_.value.code == 2 and "unknown arm(s) warp-drive" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_subset_outside_humaneval(capsys):

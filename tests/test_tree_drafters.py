@@ -9,6 +9,8 @@ import math
 
 import pytest
 import torch
+from tree_helpers import BOUND, LENGTHS, PROMPT, PROMPTS, RUNS, TREES, baseline_ids, exact_pairs, \
+    sampled_pairs, small_models, tree_options
 
 from chi_square import chi_square_pvalue
 from decoders import DecodeOptions, OptionsError, generate
@@ -16,25 +18,6 @@ from decoders import verify as core
 from decoders.drafters.tree_draft import PoolNode, TreeShape, grow, rerank
 from decoders.sampling import Warp
 from decoders.trace import Trace
-from decoders.tree import depths
-
-PROMPTS = [[7], [3, 9, 4, 1, 7, 22, 5]]
-LENGTHS = [1, 9, 30]
-TREES = {
-    "eagle1": dict(drafter="eagle1"),  # SpecLab's 24-node static tree
-    "eagle1 wide": dict(drafter="eagle1", tree_paths=((0,), (1,), (2,), (0, 0), (1, 0), (0, 1), (2, 0), (0, 0, 0))),
-    "eagle2": dict(drafter="eagle2", tree_k=3, tree_depth=4, tree_m=10),
-    "eagle2 wide": dict(drafter="eagle2", tree_k=4, tree_depth=3, tree_m=20),
-    "ddd": dict(drafter="ddd", tree_k=3, tree_m=12, ddd_checks=(2, 3), ddd_x=-1.0, ddd_steps=5, ddd_width=4),
-}
-
-
-def tree_options(settings: dict, **more) -> DecodeOptions:
-    return DecodeOptions(method="speculative", **{**settings, **more})
-
-
-def baseline_ids(lm, prompt, length) -> list[int]:
-    return generate(DecodeOptions(max_new_tokens=length), prompt, target=lm).output_ids
 
 
 @pytest.mark.parametrize("name", list(TREES))
@@ -218,38 +201,14 @@ def test_trace_with_search_round_trips_and_old_rounds_still_load(tiny, drafts):
 
 # ---- sampling: the joint law of the first two tokens ------------------------------------------------------------
 
-VOCAB = 6
-PROMPT = [1, 2, 3, 1, 2]
-RUNS = 500
 MUTANT_RUNS = 300
-BOUND = 1e-3
 
 
 @pytest.fixture(scope="module")
 def small():
-    from tiny import noisy_copy, tiny_llama
-
-    target = tiny_llama(vocab=VOCAB, seed=3, layers=2, scale=0.5)
-    return {"target": target, "noisy": noisy_copy(target, noise=0.3), "unrelated": tiny_llama(vocab=VOCAB, seed=11)}
+    return small_models()
 
 
-def exact_pairs(lm, warp: Warp) -> torch.Tensor:
-    """P(x1, x2 | prompt) under the warped target, (V, V), by enumeration."""
-    with torch.inference_mode():
-        first = warp.probs(lm.model(torch.tensor([PROMPT], device=lm.device)).logits[0, -1])  # (V,)
-        ones = torch.tensor([PROMPT + [x] for x in range(VOCAB)], device=lm.device)  # (V, T+1)
-        second = warp.probs(lm.model(ones).logits[:, -1])  # (V, V)
-    return (first[:, None] * second).cpu()  # (V, V)
-
-
-def sampled_pairs(options: DecodeOptions, lm, draft, runs: int) -> torch.Tensor:
-    counts = torch.zeros(VOCAB, VOCAB)
-    for seed in range(runs):
-        trace = generate(DecodeOptions(**{**options.__dict__, "seed": seed, "record": False}), PROMPT, target=lm,
-                         draft=draft)
-        x1, x2 = trace.output_ids[:2]
-        counts[x1, x2] += 1
-    return counts
 
 
 SAMPLED = {
@@ -290,145 +249,3 @@ def test_the_statistical_test_catches_a_wrong_residual_on_trees(small, monkeypat
     counts = sampled_pairs(options, small["target"], small["unrelated"], MUTANT_RUNS)
     pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
     assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
-
-
-# ---- the seams and the EAGLE-head drafter -----------------------------------------------------------------------
-
-def run_with(drafter, lm, prompt, length, rule_depth=4, warp=None, seed=0):
-    """Drive the one loop with a drafter object directly (the head drafter has no option name yet)."""
-    from decoders import api
-    from decoders.loop import run_rounds
-    from decoders.recorder import TraceBuilder
-    from decoders.rules import StaticRule
-    from decoders.runner import CachedModel
-
-    options = DecodeOptions(method="speculative", max_new_tokens=length)
-    builder = TraceBuilder(api._new_trace(options, lm, None, "", prompt), lm.decode, True)
-    trace = None
-    for trace in run_rounds(CachedModel(lm.model), drafter, StaticRule(rule_depth), warp or Warp(0.0), prompt, length,
-                            set(lm.eos_token_ids), torch.Generator().manual_seed(seed), builder):
-        pass
-    return trace
-
-
-def test_forward_tree_hidden_states_are_the_features_the_lm_head_reads(tiny):
-    from decoders.runner import CachedModel
-    from decoders.tree import DraftTree
-
-    runner = CachedModel(tiny.model)
-    runner.forward([3, 9, 4])
-    tree = DraftTree(tokens=[1, 20, 21, 30], parents=[-1, 0, 0, 1], q_token=[None] * 4)
-    with torch.inference_mode():
-        logits, hidden = runner.forward_tree(tree, hidden=True)  # (4, V), (4, H)
-        assert hidden.shape == (4, tiny.model.config.hidden_size)
-        assert torch.allclose(tiny.model.lm_head(hidden), logits, atol=1e-5)
-    assert runner.length == 3 + 4  # one forward: the cache grew once
-
-
-def test_observe_gets_the_accepted_path(tiny, drafts):
-    from decoders.drafters import DynamicTreeDrafter
-
-    seen = []
-
-    class Spy(DynamicTreeDrafter):
-        def observe(self, n_before, n_accepted, path=None, features=None):
-            seen.append((n_accepted, list(path)))
-            super().observe(n_before, n_accepted, path, features)
-
-    trace = run_with(Spy(drafts["noisy"].model, TreeShape(k=3, steps=4, m=10)), tiny, PROMPTS[1], 20)
-    assert [n for n, _ in seen] == [r.n_accepted for r in trace.rounds]
-    for (n, path), rnd in zip(seen, trace.rounds):
-        assert len(path) == n and [rnd.nodes[i].status for i in path] == ["accepted"] * n
-    assert any(p != list(range(1, len(p) + 1)) for _, p in seen)  # some accepted branch is not the first one
-
-
-@pytest.fixture(scope="module")
-def head_pair():
-    from tiny import tiny_llama
-
-    from decoders.eagle.head import EagleHead
-
-    target = tiny_llama(seed=5, layers=3)
-    torch.manual_seed(0)
-    return target, EagleHead(target.model)
-
-
-@pytest.mark.parametrize("name", list(TREES))
-def test_eagle_head_tree_greedy_equals_baseline(head_pair, name):
-    from decoders import api
-    from decoders.drafters import EagleTreeDrafter
-
-    target, head = head_pair
-    shape = api.tree_shape(tree_options(TREES[name]))
-    for prompt in PROMPTS:
-        for length in LENGTHS:
-            trace = run_with(EagleTreeDrafter(head, shape), target, prompt, length, rule_depth=shape.steps)
-            assert trace.output_ids == baseline_ids(target, prompt, length), (name, prompt, length)
-
-
-def test_eagle_head_drafts_from_the_targets_real_features(head_pair):
-    """With K = 1 the tree is the head's greedy chain; recompute it from scratch every round (fresh target features
-    over the whole context, the head over all pairs without a cache) and compare: checks prefill, observe, catch-up
-    and the tree-masked head cache."""
-    from decoders.drafters import EagleTreeDrafter
-
-    target, head = head_pair
-    trace = run_with(EagleTreeDrafter(head, TreeShape(k=1, steps=3, m=3)), target, PROMPTS[1], 24, rule_depth=3)
-    ids = list(PROMPTS[1])
-    for rnd in trace.rounds:
-        drafted = [node.token for node in rnd.nodes[1:]]
-        assert drafted == _reference_head_chain(target, head, ids, len(drafted))
-        ids += rnd.committed
-    assert sum(r.n_drafted for r in trace.rounds) > 0
-
-
-def _reference_head_chain(target, head, ids: list[int], n: int) -> list[int]:
-    with torch.inference_mode():
-        out = target.model(input_ids=torch.tensor([ids[:-1]]), output_hidden_states=True)
-        feats = out.hidden_states[-1][0]  # (T-1, d): real features of every position before the pending token
-        tokens = list(ids[1:])
-        chain = []
-        for _ in range(n):
-            hidden, logits = head(torch.tensor([tokens]), feats[None])  # (1, L, d), (1, L, V)
-            chain.append(int(logits[0, -1].argmax()))
-            feats = torch.cat([feats, hidden[0, -1:]])  # the head's guess stands in for the draft's feature
-            tokens.append(chain[-1])
-    return chain
-
-
-def test_eagle_head_tree_sampling_follows_the_target(small):
-    from decoders.drafters import EagleTreeDrafter
-    from decoders.eagle.head import EagleHead
-
-    torch.manual_seed(0)
-    head = EagleHead(small["target"].model)
-    counts = torch.zeros(VOCAB, VOCAB)
-    for seed in range(RUNS):
-        trace = run_with(EagleTreeDrafter(head, TreeShape(k=2, steps=2, m=4)), small["target"], PROMPT, 4,
-                         rule_depth=2, warp=Warp(1.0), seed=seed)
-        counts[trace.output_ids[0], trace.output_ids[1]] += 1
-    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
-    assert pvalue > BOUND, f"chi-square p = {pvalue:.2e}"
-
-
-def test_eagle_head_option_loads_an_official_format_head(head_pair, tmp_path):
-    from decoders.eagle.official import save_official
-
-    target, head = head_pair
-    save_official(head, tmp_path / "head")
-    for drafter in ("eagle2", "ddd"):
-        options = tree_options(dict(TREES["eagle2"] if drafter == "eagle2" else TREES["ddd"]),
-                               eagle_head=str(tmp_path / "head"), max_new_tokens=20)
-        trace = generate(options, PROMPTS[1], target=target)  # no draft model given, none needed
-        assert trace.output_ids == baseline_ids(target, PROMPTS[1], 20)
-        assert trace.rounds[0].search["method"] == f"{drafter}-head" and "EAGLE-head tree" in trace.label
-
-
-def test_eagle_head_option_messages(head_pair):
-    target, _ = head_pair
-    with pytest.raises(OptionsError, match="python -m decoders.eagle train --target"):
-        generate(tree_options(TREES["eagle2"], eagle_head="auto", model=target.name), PROMPTS[1], target=target)
-    with pytest.raises(OptionsError, match="either an EAGLE head or a draft model"):
-        tree_options(TREES["eagle2"], eagle_head="auto", draft_model="x").validate()
-    with pytest.raises(OptionsError, match="eagle_head only applies to the tree drafters"):
-        DecodeOptions(method="speculative", drafter="draft-model", eagle_head="auto").validate()
