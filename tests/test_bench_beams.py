@@ -73,6 +73,15 @@ def test_every_arm_runs_and_the_table_has_its_columns(bench_rows):
     assert memory["peak_kv_bytes"] < next(r for r in summary if r["key"] == "dsbd")["peak_kv_bytes"]
 
 
+def test_chain_methods_kv_counts_the_drafts_cache_too(bench_rows, tiny):
+    rows, _, _ = bench_rows
+    per_position = beams.kv_bytes(tiny.model, 1)  # the noisy draft has the target's config: the same per position
+    for task in ("toy/0", "toy/1"):
+        plain = next(r for r in rows if r["arm"] == "sampling" and r["task_id"] == task)["peak_kv_bytes"]
+        spec = next(r for r in rows if r["arm"] == "speculative" and r["task_id"] == task)["peak_kv_bytes"]
+        assert spec == 2 * (plain + 3 * per_position)  # target + draft, each over prompt + output + γ = 3 positions
+
+
 def test_pass_at_1_is_the_checkers_verdict(bench_rows):
     rows, chosen, checked = bench_rows
     assert len(checked) == len(rows) == 2 * len(chosen)  # every output went through the checker
