@@ -180,4 +180,4 @@ def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
     legend = ('<p class="sw-legend"><span style="%s">substituted</span> · <span style="%s">inserted</span> · '
               '<span style="%s">missing</span> (against the reference, after lower-casing and dropping punctuation)'
               "</p>" % (DIFF_STYLE["sub"], DIFF_STYLE["ins"], DIFF_STYLE["del"])) if has_ref else ""
-    return f'<div id="sw-results"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'
+    return f'<div id="sw-results" style="overflow-x:auto"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'
