@@ -12,6 +12,7 @@ from typing import Iterator
 
 import gradio as gr
 
+from decoders.drafters.tree_draft import CPU_SHAPES
 from decoders.options import TREE_DRAFTERS, DecodeOptions, OptionsError
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
@@ -28,6 +29,16 @@ RACE_INPUTS = ("prompt", "model", "dtype", "draft_model", "methods", "max_new_to
 MAX_METHODS = 3
 WARMUP_TOKENS = 8
 TIMED_RUNS = 3  # the median of three, with its range, instead of one noisy figure
+
+
+def _cpu_tree(grower: str) -> tuple[str, dict]:
+    """EAGLE-2 at the shape bench/tree_size.py picked for this grower on a CPU: the preset's name and options."""
+    k, depth, m = CPU_SHAPES[grower]
+    return f"EAGLE-2 tree · {grower} (K{k} D{depth} M{m}, picked for CPU)", dict(tree_k=k, tree_depth=depth, tree_m=m)
+
+
+EAGLE2_DRAFT, _EAGLE2_DRAFT_SHAPE = _cpu_tree("draft model")
+EAGLE2_HEAD, _EAGLE2_HEAD_SHAPE = _cpu_tree("EAGLE head")
 PRESETS = {
     "prompt lookup · static γ=4": dict(drafter="prompt-lookup", rule="static", gamma=4),
     "prompt lookup · heuristic": dict(drafter="prompt-lookup", rule="heuristic", gamma=4),
@@ -36,10 +47,10 @@ PRESETS = {
     "draft model · max-confidence": dict(drafter="draft-model", rule="max-confidence", max_draft=8),
     "layer skip · static γ=3": dict(drafter="layer-skip", rule="static", gamma=3),
     "layer skip · AdaEDL": dict(drafter="layer-skip", rule="adaedl", max_draft=6),
-    # Trees on a CPU: fewer nodes than the papers' GPU setting (M = 59), since t(n) grows with n here.
-    "EAGLE-2 tree · draft model (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16),
+    # Trees on a CPU: smaller than the papers' GPU setting (K 10, D 6, M 59), since t(n) grows with n here.
+    EAGLE2_DRAFT: dict(drafter="eagle2", **_EAGLE2_DRAFT_SHAPE),
     "DDD tree · draft model (M=16)": dict(drafter="ddd", tree_k=4, tree_m=16),
-    "EAGLE-2 tree · EAGLE head (M=16)": dict(drafter="eagle2", tree_k=4, tree_depth=5, tree_m=16, eagle_head="auto"),
+    EAGLE2_HEAD: dict(drafter="eagle2", eagle_head="auto", **_EAGLE2_HEAD_SHAPE),
     "EAGLE static tree · EAGLE head (24 nodes)": dict(drafter="eagle1", eagle_head="auto"),
     # Beams search for a different output than greedy decoding: raced for their speed and KV memory, not equality.
     "beam search · width 4 (temperature 0)": dict(method="beam-search", width=4),

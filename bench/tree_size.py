@@ -1,20 +1,24 @@
-"""Pick EAGLE-2's tree size M for this machine from the t(n) curve: `python -m bench.tree_size`.
+"""Pick EAGLE-2's tree shape (K, D, M) for this machine from the t(n) curve: `python -m bench.tree_size`.
 
-The papers send M = 59 drafts per round because on a GPU verifying 60 tokens costs about one token's forward. Here
-t(n) grows with n, so every extra node buys acceptance at a rising price. The pick, made on the prompts' tuning
-split (never on the scored prompts):
+The papers send M = 59 drafts per round, grown K = 10 wide and D = 6 deep, because on a GPU verifying 60 tokens
+costs about one token's forward. Here t(n) grows with n and every draft forward has its price, so each extra node
+and each extra step buys acceptance at a rising cost. The pick, made on the prompts' tuning split (never on the
+scored prompts):
 
 1. t(n): the target's forward over n tokens against one token, after a fixed context (bench/costs.py).
-2. One EAGLE-2 run at the largest candidate M on each tuning prompt. EAGLE-2 sends the M most valuable candidates,
-   and a candidate's value never grows along its path, so the sent set is ancestor-closed: under greedy decoding a
-   smaller tree would have accepted exactly the accepted-path nodes whose value rank is ≤ M. So one run gives
-   every smaller M's accepted length, round by round (the rounds themselves would fall differently; their mean is
-   the estimate).
-3. Per M: predicted tokens/s = (1 + mean accepted(M)) / (draft s + bookkeeping s + t(1) s · t(M + 1)), with the
-   draft and bookkeeping seconds per round measured in the same run (growing the tree does not depend on M).
+2. Per K: one EAGLE-2 run at the deepest D and the largest M on each tuning prompt. EAGLE-2 sends the M most
+   valuable candidates, and a candidate's value never grows along its path, so the sent set is ancestor-closed;
+   a shallower tree's pool is the deeper one's first D steps. So under greedy decoding a tree of depth D and size
+   M would have accepted exactly the accepted-path nodes from steps <= D whose value rank among those steps' nodes
+   is <= M: one run gives every smaller (D, M), round by round (the rounds themselves would fall differently; their
+   mean is the estimate). K changes which nodes exist at all, so each K gets its own run.
+3. Per (K, D, M): predicted tokens/s = (1 + mean accepted) / (growth s + t(1) s * t(M + 1)), where growth = the
+   draft and bookkeeping seconds per round measured in K's run, scaled by D / the run's steps (an approximation:
+   every expansion step is one draft forward over a K-wide frontier; checked by the measurement).
 
-Then EAGLE-2 at every candidate M and the baseline run interleaved on the scored prompts, so the table sets the
-prediction next to the measurement. Writes bench/results/tree-size-<target>.{json,md}.
+Then the best predicted shapes, the papers' shape and a chain drafter run interleaved with the baseline on the
+scored prompts, so the table sets each prediction next to its measurement. Writes
+bench/results/tree-size-<target>.{json,md}.
 """
 from __future__ import annotations
 
@@ -32,94 +36,153 @@ from . import report
 from .__main__ import load_prompts
 from .costs import forward_cost_curve, t_of
 from .runner import Prompt, mark_identity, ours, run_suite, set_threads
+from .trees import methods_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CANDIDATES = (4, 8, 12, 16, 24, 32, 48, 59)
+CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 59)
+KS = (2, 4, 10)
+DEPTHS = (1, 2, 3, 4, 6, 8)
+PAPER = (10, 6, 59)  # EAGLE-2's K, D, M: always measured, for reference
 
 
-def accepted_ranks(trace) -> list[list[int]]:
-    """Per round that grew a tree: the value ranks (1 = most valuable in the pool) of the nodes the target accepted."""
+def accepted_ranks(trace, depth: int | None = None) -> list[list[int]]:
+    """Per round that grew a tree: the value ranks (1 = most valuable) of the nodes the target accepted, among the
+    pool nodes of expansion steps <= depth (all steps if None); accepted nodes from deeper steps are left out."""
     out = []
     for rnd in trace.rounds:
         search = rnd.search or {}
         pool, chosen = search.get("pool") or [], search.get("chosen") or []
         if not pool:
             continue
-        ranked = sorted(pool, key=lambda e: -float(e["value"]))  # stable: EAGLE-2's rerank order on ties
+        kept = [e for e in pool if depth is None or int(e["step"]) <= depth]
+        ranked = sorted(kept, key=lambda e: -float(e["value"]))  # stable: EAGLE-2's rerank order on ties
         rank = {int(e["id"]): i + 1 for i, e in enumerate(ranked)}
-        accepted = [n.id for n in rnd.nodes[1:] if n.status == "accepted"]  # tree node i is chosen[i - 1]
-        out.append(sorted(rank[int(chosen[node - 1])] for node in accepted))
+        accepted = [int(chosen[n.id - 1]) for n in rnd.nodes[1:] if n.status == "accepted"]  # node i = chosen[i-1]
+        out.append(sorted(rank[pool_id] for pool_id in accepted if pool_id in rank))
     return out
 
 
+def pool_size(k: int, depth: int) -> int:
+    """EAGLE-2's candidate pool: K at step 1, then K frontier nodes times K children per step."""
+    return k + (depth - 1) * k * k
+
+
 def predict(ranks: list[list[int]], fixed_seconds: float, t1_seconds: float, curve: dict,
-            candidates=CANDIDATES) -> list[dict]:
+            candidates=CANDIDATES, k: int | None = None, depth: int | None = None) -> list[dict]:
     """Per M: tokens per round (accepted + the target's own token), seconds per round, tokens/s, and the ratio to
-    the baseline's 1 / t(1). `fixed_seconds`: draft + bookkeeping per round, which do not depend on M."""
+    the baseline's 1 / t(1). `fixed_seconds`: growth (draft + bookkeeping) per round, which does not depend on M.
+    With k and depth given, sizes beyond the pool are left out (the tree they send is the whole pool)."""
     rows = []
     for m in candidates:
         t_verify = t_of(curve, m + 1)
-        if t_verify is None or not ranks:
+        if t_verify is None or not ranks or (k and depth and m > pool_size(k, depth)):
             continue
         tokens = 1 + statistics.mean(sum(r <= m for r in round_ranks) for round_ranks in ranks)
         seconds = fixed_seconds + t1_seconds * t_verify
-        rows.append({"m": m, "tokens_per_round": tokens, "t_verify": t_verify, "seconds_per_round": seconds,
-                     "tok_s": tokens / seconds, "speedup": tokens / seconds * t1_seconds})
+        rows.append({"k": k, "depth": depth, "m": m, "tokens_per_round": tokens, "t_verify": t_verify,
+                     "growth_s": fixed_seconds, "seconds_per_round": seconds, "tok_s": tokens / seconds,
+                     "speedup": tokens / seconds * t1_seconds})
     return rows
 
 
-def pick(predicted: list[dict]) -> int:
-    return max(predicted, key=lambda row: row["tok_s"])["m"]
+def pick(predicted: list[dict]) -> dict:
+    """The predicted row with the most tokens/s."""
+    return max(predicted, key=lambda row: row["tok_s"])
 
 
-def probe(models: dict, prompts: list[Prompt], max_m: int, head: dict, max_new_tokens: int, k: int, depth: int):
-    """EAGLE-2 at size max_m on each prompt: (accepted ranks per round, draft + bookkeeping seconds per round)."""
+def shape_of(row: dict) -> tuple[int, int, int]:
+    return row["k"], row["depth"], row["m"]
+
+
+def to_measure(predicted: list[dict], best: int) -> list[tuple[int, int, int]]:
+    """The `best` predicted shapes, then the papers' shape (once)."""
+    ranked = [shape_of(r) for r in sorted(predicted, key=lambda r: -r["tok_s"])]
+    return list(dict.fromkeys(ranked[:best] + [PAPER]))
+
+
+def probe(models: dict, prompts: list[Prompt], k: int, depth: int, max_m: int, head: dict, max_new_tokens: int):
+    """EAGLE-2 at (k, depth, max_m) on each prompt: the traces, and growth seconds per expansion step (median)."""
     from decoders import DecodeOptions, stream
 
-    target, ranks, fixed = models["target"], [], []
+    traces, per_step = [], []
     for prompt in prompts:
-        options = DecodeOptions(model=target.name, method="speculative", drafter="eagle2", tree_k=k,
+        options = DecodeOptions(model=models["target"].name, method="speculative", drafter="eagle2", tree_k=k,
                                 tree_depth=depth, tree_m=max_m, max_new_tokens=max_new_tokens, **head)
         trace = None
-        for trace in stream(options, prompt.ids, target=target, draft=models.get("draft")):
+        for trace in stream(options, prompt.ids, target=models["target"], draft=models.get("draft")):
             pass
-        ranks += accepted_ranks(trace)
-        fixed += [r.seconds.get("draft", 0.0) + r.seconds.get("bookkeeping", 0.0) for r in trace.rounds if r.search]
-    return ranks, statistics.median(fixed) if fixed else 0.0
+        traces.append(trace)
+        per_step += [(r.seconds.get("draft", 0.0) + r.seconds.get("bookkeeping", 0.0)) / r.search["steps"]
+                     for r in trace.rounds if r.search and r.search.get("steps")]
+    return traces, statistics.median(per_step) if per_step else 0.0
+
+
+def predict_grid(traces_by_k: dict, per_step_by_k: dict, depths, t1: float, curve: dict, candidates) -> list[dict]:
+    rows = []
+    for k, traces in traces_by_k.items():
+        for depth in depths:
+            ranks = [r for trace in traces for r in accepted_ranks(trace, depth)]
+            rows += predict(ranks, per_step_by_k[k] * depth, t1, curve, candidates, k=k, depth=depth)
+    return rows
+
+
+def table_rows(result: dict) -> list[dict]:
+    """Per (K, D) its best predicted M, plus every measured shape; best predicted first."""
+    predicted = result["predicted"]
+    measured = {tuple(m["shape"]) for m in result["measured"]}
+    best = {}
+    for row in predicted:
+        key = (row["k"], row["depth"])
+        if key not in best or row["tok_s"] > best[key]["tok_s"]:
+            best[key] = row
+    keep = {shape_of(r) for r in best.values()} | measured
+    return sorted((r for r in predicted if shape_of(r) in keep), key=lambda r: -r["speedup"])
 
 
 def markdown(result: dict) -> str:
     s = result["settings"]
-    measured = {r["m"]: r for r in result["measured"]}
-    lines = [f"# EAGLE-2's tree size M on {s['target']} ({s['dtype']}, {s['grower']})", "",
+    measured = {tuple(m["shape"]): m for m in result["measured"]}
+    picked = tuple(result["picked"])
+    lines = [f"# EAGLE-2's tree shape on {s['target']} ({s['dtype']}, {s['grower']})", "",
              f"`{s['command']}` · picked on {s['tuning_prompts']} tuning prompts, checked on {s['prompts']} scored "
-             f"prompts × {s['reps']} repetitions × {s['max_new_tokens']} new tokens · greedy · K {s['k']}, D "
-             f"{s['depth']} · {s['threads']} threads · {s['machine']} · {s['minutes']:.0f} min", "",
-             f"t(1) = {s['t1_ms']:.1f} ms; draft + bookkeeping per round {s['fixed_ms']:.1f} ms (median of the probe "
-             "run). Predicted from the probe run's accepted-path value ranks and the measured t(n) (see the "
-             "module's docstring); measured = EAGLE-2 run at that M, speed-up = median per-repetition ratio to the "
-             "baseline of the same prompt.", "",
-             "| M | t(M+1) | predicted tokens / round | predicted speed-up | measured speed-up | measured τ | "
-             "same as baseline |", "|---|---|---|---|---|---|---|"]
-    for row in result["predicted"]:
-        m = measured.get(row["m"], {})
-        mark = " **(picked)**" if row["m"] == result["picked"] else ""
-        lines.append(f"| {row['m']}{mark} | {row['t_verify']:.2f} | {row['tokens_per_round']:.2f} | "
-                     f"{row['speedup']:.2f}× | {report._f(m.get('speedup'), 2, '×')} | {report._f(m.get('tau'))} | "
+             f"prompts × {s['reps']} repetitions × {s['max_new_tokens']} new tokens · greedy · K in "
+             f"{', '.join(map(str, s['ks']))}, D in {', '.join(map(str, s['depths']))} · {s['threads']} threads · "
+             f"{s['machine']} · {s['minutes']:.0f} min", "",
+             f"t(1) = {s['t1_ms']:.1f} ms. Growth = draft + bookkeeping seconds per round (per-step median of K's "
+             "probe run × D). Predicted from the probe runs' accepted-path value ranks and the measured t(n) (see "
+             "the module's docstring); each (K, D) is shown at its best predicted M, plus every measured shape. "
+             "Measured speed-up = median per-repetition ratio to the baseline of the same prompt.", "",
+             "| K | D | M | growth / round | t(M+1) | predicted tokens / round | predicted speed-up | "
+             "measured speed-up | measured τ | same as baseline |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in table_rows(result):
+        m = measured.get(shape_of(row), {})
+        mark = " **(picked)**" if shape_of(row) == picked else " (paper)" if shape_of(row) == PAPER else ""
+        lines.append(f"| {row['k']} | {row['depth']} | {row['m']}{mark} | {1000 * row['growth_s']:.0f} ms | "
+                     f"{row['t_verify']:.2f} | {row['tokens_per_round']:.2f} | {row['speedup']:.2f}× | "
+                     f"{report._f(m.get('speedup'), 2, '×')} | {report._f(m.get('tau'))} | "
                      f"{m.get('identical', '—')} |")
     best = max(result["measured"], key=lambda r: r["speedup"] or 0, default=None)
     if best:
-        lines += ["", f"Picked M = {result['picked']} (predicted); the measured best was M = {best['m']} "
-                      f"({best['speedup']:.2f}×)."]
+        lines += ["", f"Picked K {picked[0]}, D {picked[1]}, M {picked[2]} (predicted); the measured best was "
+                      f"K {best['shape'][0]}, D {best['shape'][1]}, M {best['shape'][2]} ({best['speedup']:.2f}×)."]
+    chain = result.get("chain")
+    if best and chain and chain.get("speedup"):
+        lines.append(f"The chain drafter in the same run, {chain['label']}: {chain['speedup']:.2f}×; the best "
+                     f"measured tree ÷ the chain = {best['speedup'] / chain['speedup']:.2f}×.")
     return "\n".join(lines) + "\n"
+
+
+def _ints(text: str) -> list[int]:
+    return sorted({int(x) for x in text.split(",") if x.strip()})
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tree_size", description=__doc__.split("\n")[0])
     parser.add_argument("--target", default="smollm2-135m")
-    parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)))
-    parser.add_argument("--k", type=int, default=10, help="EAGLE-2's K (the paper's 10)")
-    parser.add_argument("--depth", type=int, default=6, help="EAGLE-2's D (the paper's 6)")
+    parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="tree sizes M")
+    parser.add_argument("--ks", default=",".join(map(str, KS)), help="EAGLE-2's K (the paper's 10)")
+    parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="EAGLE-2's D (the paper's 6)")
+    parser.add_argument("--measure", type=int, default=3, help="how many of the best predicted shapes to run")
     parser.add_argument("--per-kind", type=int, default=2)
     parser.add_argument("--kinds", default="chat,code-writing,code-editing")
     parser.add_argument("--reps", type=int, default=1)
@@ -129,7 +192,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from decoders.models import REGISTRY, ModelError, load_model
 
-    candidates = sorted({int(m) for m in args.candidates.split(",")})
+    candidates, ks, depths = _ints(args.candidates), _ints(args.ks), _ints(args.depths)
     threads = set_threads(args.threads)
     entry = REGISTRY.get(args.target)
     draft_name = entry.default_draft if entry is not None else None
@@ -148,30 +211,36 @@ def main(argv=None) -> int:
     began = time.monotonic()
     curve = forward_cost_curve(models["target"].model, tuning[0].ids, ns=sorted({1, *(m + 1 for m in candidates)}))
     t1 = curve["seconds"]["1"]
-    ranks, fixed = probe(models, tuning, max(candidates), head, args.max_new_tokens, args.k, args.depth)
-    predicted = predict(ranks, fixed, t1, curve, candidates)
-    methods = [ours("ours/baseline", "baseline", "baseline")] + [
-        ours(f"ours/eagle2-m{m}", f"EAGLE-2 M {m}", "eagle2", tree_k=args.k, tree_depth=args.depth, tree_m=m, **head)
-        for m in candidates]
+    traces, per_step = {}, {}
+    for k in ks:
+        traces[k], per_step[k] = probe(models, tuning, k, max(depths), max(candidates), head, args.max_new_tokens)
+        print(f"probe K {k}: growth {1000 * per_step[k]:.1f} ms per step", flush=True)
+    predicted = predict_grid(traces, per_step, depths, t1, curve, candidates)
+    shapes = to_measure(predicted, args.measure)
+    chain = methods_for(grown_by_head=not draft_name)[1]
+    methods = [ours("ours/baseline", "baseline", "baseline"), chain] + [
+        ours(f"ours/eagle2-k{k}-d{d}-m{m}", f"EAGLE-2 K {k} D {d} M {m}", "eagle2", tree_k=k, tree_depth=d, tree_m=m,
+             **head) for k, d, m in shapes]
     records = run_suite(methods, models, scored, args.reps, args.max_new_tokens)
     mark_identity(records)
     measured = []
-    for m in candidates:
-        key = f"ours/eagle2-m{m}"
+    for k, d, m in shapes:
+        key = f"ours/eagle2-k{k}-d{d}-m{m}"
         mine = [r for r in records if r["method"] == key]
         same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
-        measured.append({"m": m, "speedup": report.ratio_over(records, key, "ours/baseline")["median"],
+        measured.append({"shape": [k, d, m], "speedup": report.ratio_over(records, key, "ours/baseline")["median"],
                          "tau": report.median([r["tau"] for r in mine]), "identical": f"{sum(same)}/{len(same)}"})
     result = {"settings": {"target": args.target, "grower": "draft model" if draft_name else "EAGLE head",
-                           "dtype": "float32", "k": args.k, "depth": args.depth, "candidates": candidates,
+                           "dtype": "float32", "ks": ks, "depths": depths, "candidates": candidates,
                            "tuning_prompts": len(tuning), "prompts": len(scored), "reps": args.reps,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
-                           "machine": f"{platform.machine()} · torch {torch.__version__}",
-                           "t1_ms": 1000 * t1, "fixed_ms": 1000 * fixed,
+                           "machine": f"{platform.machine()} · torch {torch.__version__}", "t1_ms": 1000 * t1,
+                           "growth_ms_per_step": {str(k): 1000 * v for k, v in per_step.items()},
                            "command": " ".join(["python -m bench.tree_size", *(argv if argv is not None else sys.argv[1:])]),
                            "minutes": (time.monotonic() - began) / 60},
-              "curve": curve, "predicted": predicted, "picked": pick(predicted), "measured": measured,
-              "records": records}
+              "curve": curve, "predicted": predicted, "picked": list(shape_of(pick(predicted))),
+              "measured": measured, "records": records,
+              "chain": {"label": chain.label, "speedup": report.ratio_over(records, chain.key, "ours/baseline")["median"]}}
     stem = Path(args.out) if args.out else RESULTS / f"tree-size-{args.target}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

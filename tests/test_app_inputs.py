@@ -314,7 +314,7 @@ def race_tiny(methods: list[str], temperature: float = 0.0) -> dict:
 
 
 def test_race_runs_trees_losslessly_and_counts_their_draft_forwards(tiny_models):
-    final = race_tiny(["EAGLE-2 tree · draft model (M=16)", "DDD tree · draft model (M=16)"])
+    final = race_tiny([race.EAGLE2_DRAFT, "DDD tree · draft model (M=16)"])
     assert not final.get("race_error")
     assert final["race_table"].count("<td>yes</td>") == 2  # greedy float32 trees equal the baseline
     assert final["race_verdicts"].count("draft forwards") == 2
