@@ -353,7 +353,10 @@ def _race_tab(c: dict) -> None:
                                    elem_id="sl-race-methods",
                                    info="Draft-model methods and draft-model trees need a target with a draft "
                                         "pairing (qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab; "
-                                        "EAGLE-head trees need a head for the target (assets/eagle/README.md).")
+                                        "EAGLE-head trees need a head for the target (assets/eagle/README.md). "
+                                        "K D M = children per node, depth, draft nodes verified; 'picked for CPU' = "
+                                        "the shape python -m bench.tree_size measured fastest on a 2-core CPU (the "
+                                        "papers use K10 D6 M59 on a GPU).")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
                                 info="Tokens per run; every method runs twice (warm-up + timed).")
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
