@@ -36,13 +36,13 @@ from . import report
 from .__main__ import load_prompts
 from .costs import forward_cost_curve, t_of
 from .runner import Prompt, mark_identity, ours, run_suite, set_threads
-from .trees import methods_for
+from .trees import PAPER_EAGLE2, methods_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 59)
 KS = (2, 4, 10)
 DEPTHS = (1, 2, 3, 4, 6, 8)
-PAPER = (10, 6, 59)  # EAGLE-2's K, D, M: always measured, for reference
+PAPER = tuple(PAPER_EAGLE2[key] for key in ("tree_k", "tree_depth", "tree_m"))  # always measured, for reference
 
 
 def accepted_ranks(trace, depth: int | None = None) -> list[list[int]]:
