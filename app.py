@@ -3,7 +3,7 @@
 Honours GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Gradio reads them itself); on a Hugging Face Space this file is
 the app_file and the Space runs it as is.
 """
-from app.ui import build_demo, launch_kwargs
+from app.page import build_demo, launch_kwargs
 
 demo = build_demo()
 

@@ -3,7 +3,7 @@
 python -m bench.render_timing [--nodes 100] [--reps 5]
 
 Builds a random bushy round of `--nodes` nodes (every node rejected or not reached, so every status style is
-drawn), times app.render_tree.tree_figure and the figure's JSON serialization (what Gradio sends to the browser),
+drawn), times app.figures.tree.tree_figure and the figure's JSON serialization (what Gradio sends to the browser),
 and prints the minimum over repetitions in ms (the least disturbed by other jobs on the machine).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def random_round(n: int, rng: random.Random) -> RoundRecord:
 
 def measure(n_nodes: int, reps: int) -> dict:
     """Minimum build and serialization time (ms) of the tree figure for one n-node round."""
-    from app.render_tree import tree_figure
+    from app.figures.tree import tree_figure
 
     trace = Trace(method="speculative", label="bench", options={"rule": "static", "gamma": 12}, models={},
                   precision="", prompt="", prompt_ids=[1], rounds=[random_round(n_nodes, random.Random(0))])

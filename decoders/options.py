@@ -19,7 +19,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_DRAFT_LIMIT = 64
 MAX_TREE_NODES = 512  # draft nodes one target forward may verify
-# What applies to what, in one place: validation below and the app's controls (app/controls.py) read it here.
+# What applies to what, in one place: validation below and the app's controls (app/tabs/generate/controls.py) read it here.
 # Prompt lookup copies tokens and has no draft distribution q, so the rules that judge q cannot steer it.
 RULES_FOR_DRAFTER = {"draft-model": RULES, "layer-skip": RULES, "prompt-lookup": ("static", "heuristic")}
 INITIAL_LAM = {"adaedl": 0.5, "max-confidence": 0.4}  # the papers' starting thresholds, used when lam is None

@@ -16,7 +16,7 @@ def free_port() -> int:
 @contextmanager
 def launched_demo():
     """Yields the local URL of a queued demo; closes it afterwards."""
-    from app.ui import build_demo, launch_kwargs
+    from app.page import build_demo, launch_kwargs
 
     demo = build_demo()
     demo.queue()
@@ -34,9 +34,9 @@ def launched_demo():
 def wait_for_opening_controls(page, timeout_ms: int = 120_000) -> None:
     """Wait until the page-load event has narrowed the Generate radios to the opening run's choices.
 
-    The radios are built with every choice and narrowed on load (app/ui.py); on a busy machine that reply can come
+    The radios are built with every choice and narrowed on load (app/page.py); on a busy machine that reply can come
     after the page is drawn, and a click before it races it (the late reply would narrow the choices again)."""
-    from app.controls import OPENING, control_states
+    from app.tabs.generate.controls import OPENING, control_states
 
     states = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
     # a hidden radio (the rule, under a tree drafter) renders no inputs: only the shown ones can be compared

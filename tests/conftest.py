@@ -38,19 +38,19 @@ def drafts(tiny):
 
 @pytest.fixture(autouse=True)
 def _no_run_left_holding_the_decode_lock():
-    """A run generator left suspended inside app.handlers.DECODE_SLOT (a failed test, or a browser test's server
+    """A run generator left suspended inside the decode slot (app/shared/decode_slot.py; a failed test, or a browser test's server
     closed mid-run) would make the next run wait STALE_AFTER seconds before taking the slot over. Take it back at
     once instead; a holder still computing with no server left to drive it is a test bug: fail that test."""
     yield
-    handlers = sys.modules.get("app.handlers")
-    slot = getattr(handlers, "DECODE_SLOT", None)
+    slot_module = sys.modules.get("app.shared.decode_slot")
+    slot = getattr(slot_module, "DECODE_SLOT", None)
     if slot is None or not slot.locked() or _app_server_running():
         return
     gc.collect()  # a run nobody references any more closes itself when collected
     deadline = time.monotonic() + 30  # a round still computing in a closed server's worker thread ends soon
     while not slot.release_idle():
         if time.monotonic() > deadline:
-            pytest.fail("the test left a decode run computing in the background (app.handlers.DECODE_SLOT held)")
+            pytest.fail("the test left a decode run computing in the background (app.shared.decode_slot.DECODE_SLOT held)")
         time.sleep(0.2)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import handlers
-from app.controls import TREE_CONTROLS, opening_value
+from app.tabs.generate import handlers
+from app.tabs.generate.controls import TREE_CONTROLS, opening_value
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -69,7 +69,7 @@ def test_run_streams_and_equals_generate(client):
                                       rule="adaedl", max_draft=6, lam=0.5, max_new_tokens=TOKENS, dtype="float32"),
                         PROMPT)
     assert text_of(final) == expected.output_text
-    from app.views import OUTPUTS
+    from app.tabs.generate.views import OUTPUTS
 
     download = final[OUTPUTS.index("download") - 1]  # "state" is server-side: not among the API's outputs
     assert download and str(download).endswith(".json")  # the trace download

@@ -5,11 +5,13 @@ import itertools
 
 import pytest
 
-from app import handlers, race
-from app import controls
-from app.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTROLS, FROM_DRAFT, FROM_HEAD, OPENING, RESTING_LAM_RULE,
+from app.tabs.generate import handlers
+
+from app.tabs.race import runs as race
+from app.tabs.generate import controls
+from app.tabs.generate.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTROLS, FROM_DRAFT, FROM_HEAD, OPENING, RESTING_LAM_RULE,
                           control_states, example_row, example_states, lam_for, opening_value)
-from app.ui import example_prompts
+from app.tabs.generate.layout import example_prompts
 from decoders.api import draft_for
 from decoders.models import REGISTRY
 from decoders.options import DRAFTERS, METHODS, RULES, TREE_DRAFTERS, DecodeOptions, OptionsError, fields_in_use
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def opening_controls(**overrides) -> dict:
-    """The page's starting control values (what ui.py shows before anyone touches it)."""
+    """The page's starting control values (what the Generate tab shows before anyone touches it)."""
     values = {name: opening_value(name) for name in handlers.RUN_INPUTS if name not in ("prompt", "live")}
     values.update(prompt="hello", live=True, **overrides)
     return values
@@ -129,8 +131,8 @@ def test_opening_values_are_decode_options_defaults():
 def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
     """Before, the page showed a recorded prompt-lookup run while its controls and prompt said layer skip + AdaEDL
     on another prompt, so the first Run decoded the slow case issue 10 #10 reports."""
-    from app.ui import ASSETS, _opening_prompt
-    from app.views import opening_trace, read_trace_file, recorded_traces
+    from app.tabs.generate.layout import ASSETS, _opening_prompt
+    from app.tabs.generate.views import opening_trace, read_trace_file, recorded_traces
 
     recorded = recorded_traces(ASSETS / "traces")
     trace = read_trace_file(recorded[opening_trace(recorded)])
@@ -140,7 +142,7 @@ def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
 
 
 def test_the_page_shows_the_opening_values():
-    from app.ui import build_demo
+    from app.page import build_demo
 
     config = build_demo().get_config_file()
     by_label = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
@@ -163,7 +165,7 @@ def test_the_page_shows_the_opening_values():
 def test_only_a_visitors_own_edits_readjust_the_dependent_controls():
     """An example sets model, drafter and rule in one update; `.change` handlers fired once per control, some with
     the others' old values, and a late reply put the drafter back to prompt lookup (CI, stop 15)."""
-    from app.ui import build_demo
+    from app.page import build_demo
 
     config = build_demo().get_config_file()
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}

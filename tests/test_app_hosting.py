@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from app import handlers, hosting, race
+from app.tabs.generate import handlers
+
+from app.shared import hosting
+
+from app.tabs.race import runs as race
 from decoders.options import OptionsError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -65,7 +69,7 @@ def test_the_run_and_the_race_refuse_with_a_message(on_a_space):
 
 
 def test_the_model_boxes_take_no_free_text_on_a_space(on_a_space):
-    from app.ui import build_demo
+    from app.page import build_demo
 
     config = build_demo().get_config_file()
     boxes = [c["props"] for c in config["components"]
@@ -76,7 +80,7 @@ def test_the_model_boxes_take_no_free_text_on_a_space(on_a_space):
 
 
 def test_the_model_boxes_take_free_text_locally(local):
-    from app.ui import build_demo
+    from app.page import build_demo
 
     config = build_demo().get_config_file()
     target = next(c["props"] for c in config["components"] if c.get("props", {}).get("label") == "Target model")

@@ -7,10 +7,14 @@ import json
 
 import pytest
 
-from app import handlers, race
-from app.controls import TREE_CONTROLS, opening_value
-from app.session import RunSession
-from app.views import MAX_TRACE_BYTES
+from app.tabs.generate import handlers
+
+from app.tabs.race import runs as race
+from app.tabs.generate.controls import TREE_CONTROLS, opening_value
+from app.shared.session import RunSession
+from app.tabs.generate.views import MAX_TRACE_BYTES
+from app.shared.decode_slot import DECODE_SLOT
+from app.shared import loading
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request just warns
 
@@ -36,10 +40,10 @@ def tiny_models(monkeypatch, tiny, drafts):
             report(0.5, f"{name}: loading")
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
-    monkeypatch.setattr(handlers, "load", fake_load)
+    monkeypatch.setattr(loading, "load", fake_load)
     from decoders.api import needs_draft_model
 
-    monkeypatch.setattr(handlers, "draft_name", lambda o: "tiny-draft" if needs_draft_model(o) else None)
+    monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if needs_draft_model(o) else None)
 
 
 def assert_error(results: list[dict], *needles: str) -> str:
@@ -99,7 +103,7 @@ def test_load_errors_are_shown(monkeypatch):
     def broken(name, options, report=None):
         raise RuntimeError("weights are corrupt (simulated)")
 
-    monkeypatch.setattr(handlers, "load", broken)
+    monkeypatch.setattr(loading, "load", broken)
     assert_error(run_all(), "weights are corrupt")
 
 
@@ -141,9 +145,9 @@ def test_closing_the_run_frees_the_caches(tiny_models, released, monkeypatch):
     session = RunSession()
     run = handlers.run(*controls(max_new_tokens=200), progress=lambda *a, **k: None, session=session)
     seen = first_round(run)
-    assert not seen.stop_reason and handlers.DECODE_SLOT.locked() and not released
+    assert not seen.stop_reason and DECODE_SLOT.locked() and not released
     run.close()  # what Gradio does to a running event when Stop cancels it
-    assert len(released) == 2 and not handlers.DECODE_SLOT.locked()  # the target's and the draft's caches
+    assert len(released) == 2 and not DECODE_SLOT.locked()  # the target's and the draft's caches
     assert not session.running and session.idle.is_set()
     views = handlers.stop(seen, session)
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
@@ -180,7 +184,7 @@ def test_stop_waits_for_the_run_to_close_and_shows_its_last_round(tiny_models, m
     views = handlers.stop(None, session)
     closer.join()
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
-    assert not handlers.DECODE_SLOT.locked()
+    assert not DECODE_SLOT.locked()
 
 
 def test_stop_from_the_page_ends_a_running_run_that_nobody_closes(tiny_models, monkeypatch):
@@ -200,7 +204,7 @@ def test_stop_from_the_page_ends_a_running_run_that_nobody_closes(tiny_models, m
     worker.join(timeout=30)
     assert not worker.is_alive()
     assert views["state"].stop_reason == "cancelled" and views["status"].startswith("Stopped")
-    assert len(views["state"].output_ids) < 200 and not handlers.DECODE_SLOT.locked()
+    assert len(views["state"].output_ids) < 200 and not DECODE_SLOT.locked()
     shown = [r["state"] for r in seen if r.get("state")]
     assert shown[-1].stop_reason == "cancelled"  # the run's own last view says it stopped (Stop may give up waiting)
     assert not any(t.stop_reason for t in shown[:-1])
@@ -364,7 +368,7 @@ def test_model_loading_progress_is_forwarded(monkeypatch):
 
     monkeypatch.setattr(models, "load_model", fake_load_model)
     options = handlers.options_from({"model": "smollm2-135m", "method": "baseline"})
-    handlers.load("smollm2-135m", options, lambda fraction, message: seen.append((fraction, message)))
+    loading.load("smollm2-135m", options, lambda fraction, message: seen.append((fraction, message)))
     assert [f for f, _ in seen] == [0.2, 0.8, None, 1.0]  # None: an unknown step shows a spinner
     assert seen[-1][1] == "smollm2-135m: ready (gguf)"
 
@@ -373,7 +377,7 @@ def test_a_loader_fraction_wins_over_the_phase_table(monkeypatch):
     models = pytest.importorskip("decoders.models")
     seen = []
     monkeypatch.setattr(models, "load_model", lambda name, dtype, device, progress: progress(0.42, "converting"))
-    handlers.load("smollm2-135m", handlers.options_from({}), lambda fraction, message: seen.append(fraction))
+    loading.load("smollm2-135m", handlers.options_from({}), lambda fraction, message: seen.append(fraction))
     assert seen == [0.42]
 
 

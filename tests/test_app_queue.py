@@ -6,12 +6,14 @@ import time
 
 import pytest
 
-from app import handlers
-from app.controls import TREE_CONTROLS, opening_value
+from app.shared import loading
+from app.tabs.generate import handlers
+from app.tabs.generate.controls import TREE_CONTROLS, opening_value
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 from app_server import launched_demo  # noqa: E402
+from app.shared.decode_slot import DECODE_SLOT
 
 ROUND_SECONDS = 0.08  # each target forward sleeps this long: 200 tokens take ~16 s (the tiny context is 256)
 
@@ -40,8 +42,8 @@ def released():
 @pytest.fixture(scope="module")
 def server(slow_tiny, released):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(handlers, "load", lambda name, options, report=None: slow_tiny)
-        patch.setattr(handlers, "draft_name", lambda options: None)
+        patch.setattr(loading, "load", lambda name, options, report=None: slow_tiny)
+        patch.setattr(loading, "draft_name", lambda options: None)
         with launched_demo() as url:
             yield url
 
@@ -87,5 +89,5 @@ def test_stop_cancels_a_queued_run_and_a_running_one(server, released):
     said = first.predict(api_name="/stop")
     assert said[0].startswith("Stopped:") and "freed its caches" in said[0]
     assert len(released) == freed_before + 1  # the target's caches, released by the decoder's finally
-    assert not handlers.DECODE_SLOT.locked()
+    assert not DECODE_SLOT.locked()
     assert first.predict(api_name="/stop")[0] == "Nothing to stop: the last run had already stopped."

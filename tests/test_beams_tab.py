@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app import beams_tab, handlers
-from app.session import RunSession
+from app.tabs import beams as beams_tab
+
+from app.shared import loading
+from app.shared.session import RunSession
 from decoders.beams.trace import BeamTrace
 
 MEMORY = next(iter(beams_tab.MEMORY_MODES))
@@ -20,8 +22,8 @@ def tiny_models(monkeypatch, tiny, drafts):
         loaded.append(name)
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
-    monkeypatch.setattr(handlers, "load", fake_load)
-    monkeypatch.setattr(handlers, "draft_name", lambda o: "tiny-draft" if o.method == "dsbd" else None)
+    monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if o.method == "dsbd" else None)
     monkeypatch.setattr(beams_tab, "STREAM_EVERY", 0.0)  # every iteration drawn, however fast the machine
     return loaded
 

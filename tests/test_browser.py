@@ -11,7 +11,7 @@ import pytest
 from app_server import launched_demo, wait_for_opening_controls
 from chromium import ARGS, CHROMIUM, MARKS, ROOT, persistent_context, shot, sync_api
 
-from app.theme import PROVENANCE_COLORS, rgba
+from app.shared.theme import PROVENANCE_COLORS, rgba
 
 PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi."
 
@@ -218,7 +218,7 @@ def test_opening_page_shows_one_round(opened):
     assert plot_title(page, "sl-tree").startswith(f"Round {number}/")
     assert f"round {number}'s tokens" in page.inner_text("#sl-legend")
     assert "laptop CPU" in page.inner_text("#sl-legend")
-    from app.views import OPENING_TRACE, read_trace_file
+    from app.tabs.generate.views import OPENING_TRACE, read_trace_file
 
     label = read_trace_file(ROOT / "assets" / "traces" / OPENING_TRACE).label
     assert page.input_value("#sl-recorded input").startswith(label)
@@ -300,7 +300,7 @@ def test_plots_have_text_alternatives(opened):
 
 def test_provenance_is_underlined_as_well_as_coloured(opened):
     _, page = opened
-    from app.theme import PROVENANCE_UNDERLINES
+    from app.shared.theme import PROVENANCE_UNDERLINES
 
     seen = page.evaluate("""() => [...document.querySelectorAll('#sl-text .token')].map(t =>
         [t.getAttribute('style'), getComputedStyle(t).textDecorationStyle, getComputedStyle(t).textDecorationLine])""")
@@ -320,8 +320,8 @@ def outlined_texts(page) -> list[str]:
 
 def test_tokens_work_from_the_keyboard_and_the_shown_round_is_marked(opened):
     _, page = opened
-    from app.render_text import display_groups
-    from app.views import OPENING_TRACE, read_trace_file
+    from app.figures.text import display_groups
+    from app.tabs.generate.views import OPENING_TRACE, read_trace_file
 
     trace = read_trace_file(ROOT / "assets" / "traces" / OPENING_TRACE)
     groups = display_groups(trace)

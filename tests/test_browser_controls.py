@@ -71,7 +71,7 @@ def choose_layer_skip_with_adaedl(page) -> None:
 
 
 def test_the_page_opens_on_an_eagle2_tree_with_its_own_controls(page):
-    from app.controls import OPENING
+    from app.tabs.generate.controls import OPENING
 
     assert checked(page, "Drafter") == "eagle2" and checked(page, "Tree grown by") == "auto"  # the EAGLE head
     assert is_shown(page, "K (children per expanded node)") and is_shown(page, "D (expansion steps, EAGLE-2)")

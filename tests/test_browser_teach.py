@@ -8,7 +8,7 @@ import pytest
 from app_server import launched_demo, wait_for_opening_controls
 from chromium import MARKS, persistent_context, shot, sync_api
 
-from app import teach
+from app.tabs.learn import lessons as teach
 
 pytestmark = [pytest.mark.slow, *MARKS]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from app import claims as claims_tab
+from app.tabs import claims as claims_tab
 from bench import claims
 
 

@@ -23,7 +23,7 @@ def test_the_shape_is_the_sweep_s_pick(grower):
 
 
 def test_the_race_and_the_bench_run_those_shapes():
-    from app import race
+    from app.tabs.race import runs as race
     from bench.trees import methods_for
 
     for grower, name in (("draft model", race.EAGLE2_DRAFT), ("EAGLE head", race.EAGLE2_HEAD)):

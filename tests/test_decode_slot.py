@@ -1,11 +1,11 @@
-"""app/decode_slot.py: one decode at a time; a holder that waits on an update nobody asks for is taken over after
+"""app/shared/decode_slot.py: one decode at a time; a holder that waits on an update nobody asks for is taken over after
 stale_after seconds (its decoder closed, its caches freed), a holder that computes never is."""
 from __future__ import annotations
 
 import threading
 import time
 
-from app.decode_slot import DecodeSlot
+from app.shared.decode_slot import DecodeSlot
 
 
 def _decoder(closed: list, compute: float = 0.0):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import decoders.verify
-from app import explainer, glossary
+from app.tabs.learn import explainer
+from app.shared import glossary
 from chi_square import chi_square_pvalue
 
 # Bound: a seeded run is deterministic; a correct sampler passes at p-value > 1e-3 (fails 1 in 1,000 seeds by

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from app.render_race import RACE_CSS, alpha_from_tau, expected_speedup, leviathan_figure, race_row, race_table_html, \
+from app.figures.race import RACE_CSS, alpha_from_tau, expected_speedup, leviathan_figure, race_row, race_table_html, \
     speed_figure
-from app.render_rule import positions_figure, rounds_figure
-from app.render_stats import stats_figure, stats_html, verdict_line
-from app.render_text import SMALL_MODELS_NOTE, display_groups, legend_html, provenance_spans, round_mark_css, \
+from app.figures.rule import positions_figure, rounds_figure
+from app.figures.stats import stats_figure, stats_html, verdict_line
+from app.figures.text import SMALL_MODELS_NOTE, display_groups, legend_html, provenance_spans, round_mark_css, \
     round_of_span, shown_pieces
-from app.render_tree import EXTRA, round_graph, tidy_layout, tree_figure
-from app.theme import PROVENANCE_COLORS, PROVENANCE_UNDERLINES, STATUS_SYMBOLS, provenance_css, rgba, sig
-from app.views import OPENING_TRACE, full_views, interesting_round, opening_trace, read_trace_file, recorded_traces, \
+from app.figures.tree import EXTRA, round_graph, tidy_layout, tree_figure
+from app.shared.theme import PROVENANCE_COLORS, PROVENANCE_UNDERLINES, STATUS_SYMBOLS, provenance_css, rgba, sig
+from app.tabs.generate.views import OPENING_TRACE, full_views, interesting_round, opening_trace, read_trace_file, recorded_traces, \
     shown_round
 from decoders import DecodeOptions, Trace, generate
 from decoders.trace import NodeRecord, RoundRecord
@@ -361,7 +361,7 @@ def test_page_opens_on_a_tree_that_accepts_drafts():
 
 def test_opening_page_shows_one_round_everywhere():
     """The slider, the tree, the rule panels and the text's round mark all show the same round."""
-    from app.ui import build_demo
+    from app.page import build_demo
 
     demo = build_demo()
     blocks = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
@@ -501,7 +501,7 @@ def test_race_table_scrolls_inside_its_box(tiny_traces):
 
 
 def test_race_row_shows_the_median_and_the_range_of_the_timed_runs(tiny_traces):
-    from app.race import median_run
+    from app.tabs.race.runs import median_run
 
     from decoders.trace import Trace
 

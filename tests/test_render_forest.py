@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.render_forest import (FINISHED_COLOR, SURVIVOR_COLOR, beam_paths, candidates_html, forest_figure,
+from app.figures.forest import (FINISHED_COLOR, SURVIVOR_COLOR, beam_paths, candidates_html, forest_figure,
                                forest_layout, scores_figure, tail, width_figure)
-from app.theme import STATUS_COLORS
+from app.shared.theme import STATUS_COLORS
 from decoders.beams.trace import BeamTrace, check
 
 

@@ -1,4 +1,4 @@
-"""The tree drafters' views (app/render_search.py and the tree figure's pool): every candidate is accounted for, the
+"""The tree drafters' views (app/figures/search.py and the tree figure's pool): every candidate is accounted for, the
 numbers drawn are the trace's, and DDD's recorded checks agree with the frontier values they judged."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from app.render_search import (accepted_lengths, calibration, frontier_confidence, growth_figure, pool_view,
+from app.figures.search import (accepted_lengths, calibration, frontier_confidence, growth_figure, pool_view,
                                run_figure)
-from app.render_tree import UNSENT, round_graph, tree_figure
-from app.views import round_views
+from app.figures.tree import UNSENT, round_graph, tree_figure
+from app.tabs.generate.views import round_views
 from decoders import DecodeOptions, generate
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -6,8 +6,8 @@ import pytest
 import transformers
 
 import decoders.models
-from app import teach
-from app.controls import EXAMPLE_CONTROLS
+from app.tabs.learn import lessons as teach
+from app.tabs.generate.controls import EXAMPLE_CONTROLS
 
 
 @pytest.fixture()

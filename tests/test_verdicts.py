@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from app import verdicts
-from app.views import read_trace_file
+from app.tabs.race import verdicts
+from app.tabs.generate.views import read_trace_file
 
 TRACES = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
@@ -66,7 +66,7 @@ def test_one_bullet_per_row():
 
 def test_the_race_yields_one_verdict_per_method(monkeypatch):
     """The Race handler end to end on recorded traces (no model): its last update carries the verdicts."""
-    from app import race
+    from app.tabs.race import runs as race
 
     recorded = [read_trace_file(TRACES / name).to_dict() for name in ("baseline-chat.json", "lookup-code-edit.json")]
     monkeypatch.setattr(race, "load_models", lambda *args, **kwargs: (None, None))
@@ -97,7 +97,7 @@ def test_a_tree_that_loses_to_its_wide_verification_says_so():
 
 
 def test_a_tree_run_has_no_chain_alpha(tiny, drafts):
-    from app.render_race import race_row
+    from app.figures.race import race_row
     from decoders import DecodeOptions, generate
 
     base = generate(DecodeOptions(max_new_tokens=12), [3, 9, 4], target=tiny)

@@ -8,8 +8,8 @@ pytest.importorskip("whisper")
 
 from whisper_helpers import AUDIO, CLIPS, SHORT_CLIPS  # noqa: E402
 
-from app.render_beams import BEAM_LABELS, beam_figure, diff_html, shown_nodes  # noqa: E402
-from app.whisper_tab import DECODERS, show_step, transcribe_all  # noqa: E402
+from app.figures.whisper import BEAM_LABELS, beam_figure, diff_html, shown_nodes  # noqa: E402
+from app.tabs.whisper import DECODERS, show_step, transcribe_all  # noqa: E402
 from decoders.whisper.trace import WhisperTrace  # noqa: E402
 from decoders.whisper.wer import align, corpus_wer, normalise, wer  # noqa: E402
 

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 from decoders.options import TREE_DRAFTERS
 from decoders.trace import RoundRecord, Trace
 
-from .theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, sig, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, sig, title_margin, wrap_title
 
 METHOD_NAMES = {"eagle2": "EAGLE-2", "ddd": "DDD"}
 CALIBRATION_EDGES = (0.0, 0.01, 0.03, 0.1, 0.3, 0.6, 1.0)  # value buckets: most of the pool is far below 0.1

@@ -12,10 +12,10 @@ import html
 
 from decoders.trace import Trace
 
-from .theme import PROVENANCE_COLORS, PROVENANCE_HELP, PROVENANCE_NAMES, PROVENANCE_UNDERLINES, ROUND_MARK, \
+from app.shared.theme import PROVENANCE_COLORS, PROVENANCE_HELP, PROVENANCE_NAMES, PROVENANCE_UNDERLINES, ROUND_MARK, \
     rgba
 
-TEXT_SCOPE = "#sl-text"  # the HighlightedText's elem_id (ui.py)
+TEXT_SCOPE = "#sl-text"  # the HighlightedText's elem_id (app/tabs/generate/layout.py)
 SMALL_MODELS_NOTE = ("These small models are chosen to run on a laptop CPU, and their answers can be wrong: "
                      "watch how the decoder reaches an answer, not whether the answer is right.")
 

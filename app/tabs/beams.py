@@ -1,5 +1,5 @@
 """The Beams tab: beam search, beam sampling and DSBD (decoders/beams) on a prompt, with the forest of every
-iteration, DSBD's D[W] per layer, beam scores over time and the ranked finished candidates (app/render_forest.py).
+iteration, DSBD's D[W] per layer, beam scores over time and the ranked finished candidates (app/figures/forest.py).
 
 The handlers return plain dicts (tests call them without a browser). Stop: the beam runner does not poll a stop
 request, so `run_beams` checks the tab's RunSession between iterations and closes the decoder's generator, whose
@@ -14,11 +14,12 @@ import gradio as gr
 from decoders.beams.trace import BeamTrace, BeamTraceError
 from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
 
-from . import handlers
-from .hosting import check_model_allowed, gpu, registry_only
-from .render_forest import (DSBD_NOTE, candidates_html, forest_figure, scores_figure, summary_line,
+from app.shared import loading
+from app.shared.hosting import check_model_allowed, gpu, registry_only
+from app.figures.forest import (DSBD_NOTE, candidates_html, forest_figure, scores_figure, summary_line,
                             width_figure)
-from .session import RunSession
+from app.shared.session import RunSession
+from app.shared.decode_slot import DECODE_SLOT
 
 DEFAULT_MODEL = "smollm2-135m"
 SAME_AS_PAIRING = "registry pairing"  # the draft box's default: the target's default draft (DSBD only)
@@ -71,7 +72,7 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
         options = options_for(method, model, draft, width, gamma, thres, min_width, memory, max_tokens, seed)
         check_model_allowed(options.model)
         check_model_allowed(options.draft_model, "draft model")
-        draft_name = handlers.draft_name(options)
+        draft_name = loading.draft_name(options)
     except OptionsError as err:
         hint = " (or choose one in 'Draft model (DSBD)')" if "draft_model=" in str(err) else ""
         yield _error(f"{err}{hint}")
@@ -90,7 +91,7 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
             if session.stop_requested.is_set():
                 break  # the finally below closes the decoder (its caches go with it)
             yield views(trace)
-    except (OptionsError, BeamTraceError, *handlers.model_error_types()) as err:
+    except (OptionsError, BeamTraceError, *loading.model_error_types()) as err:
         yield _error(str(err))
         return
     finally:
@@ -108,10 +109,10 @@ def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Ite
     from decoders.api import stream
 
     opts = DecodeOptions.from_dict(options)
-    target = handlers.load(opts.model, opts)
-    draft = handlers.load(draft_name, opts) if draft_name else None
+    target = loading.load(opts.model, opts)
+    draft = loading.load(draft_name, opts) if draft_name else None
     trace, last = None, 0.0
-    with handlers.DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
+    with DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
         for trace in lease.items():
             if time.monotonic() - last >= STREAM_EVERY:
                 yield trace.to_dict()

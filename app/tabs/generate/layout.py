@@ -1,35 +1,30 @@
-"""Layout: `build_demo()` returns the gr.Blocks; app.py launches it. Handlers live in handlers.py and race.py."""
+"""The Generate tab's layout and events: prompt and Run, the streamed result, the options, traces in and out.
+
+Handlers live in handlers.py (UI values -> DecodeOptions -> rounds -> views); controls.py says which controls apply.
+"""
 from __future__ import annotations
 
-import inspect
 import json
-from pathlib import Path
 
 import gradio as gr
 
 from decoders.options import DRAFTERS, RULES, TREE_DRAFTERS
 
-from . import handlers, race, whisper_tab
-from . import claims, glossary, teach
-from .controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, draft_choices, \
-    example_states, lam_for, opening_value
-from .hosting import registry_only
-from .render_race import RACE_CSS, leviathan_figure, race_table_html, speed_figure
-from .render_stats import STATS_CSS
-from .session import RunSession
-from .render_text import legend_html
-from .theme import PAGE_CSS, PAGE_JS, PROVENANCE_COLORS
-from .views import OUTPUTS, ROUND_OUTPUTS, full_views, opening_trace, read_trace_file, recorded_traces, shown_round
+from app.shared import glossary
+from app.shared.hosting import registry_only
+from app.shared.paths import ASSETS
+from app.shared.session import RunSession
+from app.shared.theme import PROVENANCE_COLORS
+from app.shared.wiring import as_tuple, with_specials
+from app.figures.text import legend_html
+from app.tabs.generate import handlers
+from app.tabs.generate.controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, \
+    draft_choices, example_states, lam_for, opening_value
+from app.tabs.generate.views import OUTPUTS, ROUND_OUTPUTS, full_views, opening_trace, read_trace_file, \
+    recorded_traces, shown_round
 
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
 FALLBACK_MODELS = [("smollm2-135m", "single"), ("qwen2.5-coder-1.5b", "target"), ("qwen2.5-coder-0.5b", "draft"),
                    ("gemma3-270m", "single")]
-CSS = STATS_CSS + RACE_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
-INTRO = """# SpecLab · watch speculative decoding think
-A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
-longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
-rounds. Hover over anything with a number for what it means."""
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -197,25 +192,8 @@ def _outputs(initial: dict) -> dict:
     return o
 
 
-def _as_tuple(names, comps):
-    """Handler dict -> the tuple Gradio expects; missing names are left unchanged."""
-    def convert(result: dict):
-        return tuple(result[n] if n in result else gr.skip() for n in names)
-    return convert
-
-
-def _with_specials(fn, names) -> None:
-    """Give a *args handler an explicit signature (inputs..., request, progress) so Gradio injects gr.Request and
-    tracks gr.Progress: it only looks for them among positional parameters, never after *args."""
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    params = [inspect.Parameter(n, kind) for n in names]
-    params += [inspect.Parameter("request", kind, annotation=gr.Request),
-               inspect.Parameter("progress", kind, default=gr.Progress())]
-    fn.__signature__ = inspect.Signature(params)
-    fn.__annotations__ = {"request": gr.Request}
-
-
-def build_demo() -> gr.Blocks:
+def build(demo: gr.Blocks) -> dict:
+    """The tab's content (call inside `with gr.Tab("Generate")`); returns its controls for the Race and the lessons."""
     recorded = recorded_traces(ASSETS / "traces")
     opening = opening_trace(recorded)
     first = recorded.get(opening)
@@ -223,92 +201,76 @@ def build_demo() -> gr.Blocks:
     if first is not None:
         first_trace = read_trace_file(first)
         initial = full_views(first_trace, status="Showing a recorded run: press Run to decode live.")
-    with gr.Blocks(title="SpecLab: watch speculative decoding think") as demo:
-        gr.Markdown(INTRO)
-        with gr.Tab("Generate", id="generate"):
-            with gr.Row(elem_id="sl-main"):  # a grid: prompt and Run, the result, the options (theme.PAGE_CSS)
-                with gr.Column(scale=1, min_width=320, elem_id="sl-run-col"):
-                    c = _prompt_controls(_opening_prompt(first_trace))
-                # the examples' cell, filled once every control they set exists
-                examples_box = gr.Column(scale=1, min_width=320, elem_id="sl-examples")
-                with gr.Column(scale=2, elem_id="sl-outputs"):
-                    o = _outputs(initial)
-                with gr.Column(scale=1, min_width=320, elem_id="sl-options"):
-                    c.update(_controls())
-                    with gr.Accordion("Traces: recorded, upload, download", open=True):
-                        c["recorded"] = gr.Dropdown(list(recorded), value=opening,
-                                                    label="Recorded runs", elem_id="sl-recorded",
-                                                    info="Made with the real smollm2-135m; replayed without a model.")
-                        c["upload"] = gr.File(label="Load a trace JSON (max 20 MB)", file_types=[".json"],
-                                              type="filepath", elem_id="sl-upload")
-                        download = gr.DownloadButton("Download this trace (JSON)", value=str(first) if first else None,
-                                                     elem_id="sl-download")
-                    glossary.build()  # τ, α, c, λ, γ, t(n): tap to open (app/glossary.py)
-            examples = example_prompts()
-            if examples:
-                with examples_box:
-                    _examples(examples, c)
-        state = gr.State(first_trace)
-        session = gr.State(RunSession())  # this tab's runs, for Stop (app/session.py); per session, server-side
-        outs = {**o, "state": state, "download": download}
-        out_list = [outs[n] for n in OUTPUTS]
-        to_tuple = _as_tuple(OUTPUTS, outs)
-        inputs = [c[n] for n in handlers.RUN_INPUTS]
+    with gr.Row(elem_id="sl-main"):  # a grid: prompt and Run, the result, the options (theme.PAGE_CSS)
+        with gr.Column(scale=1, min_width=320, elem_id="sl-run-col"):
+            c = _prompt_controls(_opening_prompt(first_trace))
+        # the examples' cell, filled once every control they set exists
+        examples_box = gr.Column(scale=1, min_width=320, elem_id="sl-examples")
+        with gr.Column(scale=2, elem_id="sl-outputs"):
+            o = _outputs(initial)
+        with gr.Column(scale=1, min_width=320, elem_id="sl-options"):
+            c.update(_controls())
+            with gr.Accordion("Traces: recorded, upload, download", open=True):
+                c["recorded"] = gr.Dropdown(list(recorded), value=opening,
+                                            label="Recorded runs", elem_id="sl-recorded",
+                                            info="Made with the real smollm2-135m; replayed without a model.")
+                c["upload"] = gr.File(label="Load a trace JSON (max 20 MB)", file_types=[".json"],
+                                      type="filepath", elem_id="sl-upload")
+                download = gr.DownloadButton("Download this trace (JSON)", value=str(first) if first else None,
+                                             elem_id="sl-download")
+            glossary.build()  # τ, α, c, λ, γ, t(n): tap to open (app/shared/glossary.py)
+    examples = example_prompts()
+    if examples:
+        with examples_box:
+            _examples(examples, c)
+    state = gr.State(first_trace)
+    session = gr.State(RunSession())  # this tab's runs, for Stop (app/shared/session.py); per session, server-side
+    outs = {**o, "state": state, "download": download}
+    out_list = [outs[n] for n in OUTPUTS]
+    to_tuple = as_tuple(OUTPUTS, outs)
+    inputs = [c[n] for n in handlers.RUN_INPUTS]
 
-        n_in = len(handlers.RUN_INPUTS)
+    n_in = len(handlers.RUN_INPUTS)
 
-        def run_fn(*args):  # (controls..., session, request, progress): see _with_specials
-            values, run_session, progress = args[:n_in], args[n_in], args[n_in + 2]
-            results = handlers.run(*values, progress=progress, session=run_session)
-            try:
-                for result in results:
-                    yield to_tuple(result)
-            finally:  # Gradio's cancel closes run_fn; close the run (and the decoder) with it, now
-                results.close()
+    def run_fn(*args):  # (controls..., session, request, progress): see app/shared/wiring.py
+        values, run_session, progress = args[:n_in], args[n_in], args[n_in + 2]
+        results = handlers.run(*values, progress=progress, session=run_session)
+        try:
+            for result in results:
+                yield to_tuple(result)
+        finally:  # Gradio's cancel closes run_fn; close the run (and the decoder) with it, now
+            results.close()
 
-        _with_specials(run_fn, handlers.RUN_INPUTS + ("session",))
+    with_specials(run_fn, handlers.RUN_INPUTS + ("session",))
 
-        def admit_fn(*args):  # the validator runs when Gradio queues the run: Stop can then tell "queued"
-            handlers.admit(args[n_in])
-            return [gr.validate(True, "") for _ in args[:n_in + 1]]
+    def admit_fn(*args):  # the validator runs when Gradio queues the run: Stop can then tell "queued"
+        handlers.admit(args[n_in])
+        return [gr.validate(True, "") for _ in args[:n_in + 1]]
 
-        def stop_fn(trace, run_session):
-            return to_tuple(handlers.stop(trace, run_session))
+    def stop_fn(trace, run_session):
+        return to_tuple(handlers.stop(trace, run_session))
 
-        # concurrency_id "decode", limit 1: one generation at a time (app/decode_slot.py says why).
-        c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
-                           concurrency_id="decode", api_name="run", validator=admit_fn)
-        # The one cancel path is the session (app/session.py): no `cancels=[run]`, which the page never sends in
-        # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
-        c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
-        round_list = [outs[n] for n in ROUND_OUTPUTS]
-        o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
-                          [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
-        sel_names = ROUND_OUTPUTS + ("slider",)
+    # concurrency_id "decode", limit 1: one generation at a time (app/shared/decode_slot.py says why).
+    c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
+                       concurrency_id="decode", api_name="run", validator=admit_fn)
+    # The one cancel path is the session (app/shared/session.py): no `cancels=[run]`, which the page never sends in
+    # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
+    c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
+    round_list = [outs[n] for n in ROUND_OUTPUTS]
+    o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
+                      [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
+    sel_names = ROUND_OUTPUTS + ("slider",)
 
-        def select_fn(tr, evt: gr.SelectData):
-            result = handlers.select_token(tr, evt)
-            return tuple(result.get(n, gr.skip()) for n in sel_names)
+    def select_fn(tr, evt: gr.SelectData):
+        result = handlers.select_token(tr, evt)
+        return tuple(result.get(n, gr.skip()) for n in sel_names)
 
-        o["text"].select(select_fn, [state], [outs[n] for n in sel_names], api_name="select_token")
-        c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
-        c["recorded"].input(lambda name: to_tuple(handlers.load_trace(recorded.get(name), "recorded")),
-                            [c["recorded"]], out_list, api_name="load_recorded")
-        _wire_dependent_controls(c, demo)
-        with gr.Tab("Race", id="race"):
-            _race_tab(c)
-        with gr.Tab("Beams", id="beams"):
-            from . import beams_tab  # the tab's own module (app/beams_tab.py)
-
-            beams_tab.build()
-        with gr.Tab("Whisper", id="whisper"):
-            whisper_inputs = whisper_tab.build()
-            glossary.build()
-        with gr.Tab("Learn", id="learn"):
-            teach.build(c, whisper_inputs)
-        with gr.Tab("Claims", id="claims"):
-            claims.build()
-    return demo
+    o["text"].select(select_fn, [state], [outs[n] for n in sel_names], api_name="select_token")
+    c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
+    c["recorded"].input(lambda name: to_tuple(handlers.load_trace(recorded.get(name), "recorded")),
+                        [c["recorded"]], out_list, api_name="load_recorded")
+    _wire_dependent_controls(c, demo)
+    return c
 
 
 def _examples(examples: list[dict], c: dict) -> None:
@@ -325,7 +287,7 @@ def _examples(examples: list[dict], c: dict) -> None:
 
 
 def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
-    """Choices and visibility follow model, method, drafter, rule and temperature (app/controls.py), from page load
+    """Choices and visibility follow model, method, drafter, rule and temperature (app/tabs/generate/controls.py), from page load
     on; the λ slider follows the rule.
 
     Only a visitor's own edits (`.input`) re-adjust. Examples and lessons set every control at once with its choices
@@ -344,42 +306,3 @@ def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
                     queue=False, show_progress="hidden")
 
 
-def _race_tab(c: dict) -> None:
-    gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
-                "after a short warm-up and with recording off. Uses the prompt, model, number format, draft model "
-                "and sampling settings from the Generate tab.")
-    with gr.Row(elem_id="sl-race-setup"):  # wraps on a narrow screen (theme.PAGE_CSS)
-        methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
-                                   elem_id="sl-race-methods",
-                                   info="Draft-model methods and draft-model trees need a target with a draft "
-                                        "pairing (qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab; "
-                                        "EAGLE-head trees need a head for the target (assets/eagle/README.md). "
-                                        "K D M = children per node, depth, draft nodes verified; 'picked for CPU' = "
-                                        "the shape python -m bench.tree_size measured fastest on a 2-core CPU (the "
-                                        "papers use K10 D6 M59 on a GPU).")
-        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
-                                info="Tokens per run; every method runs twice (warm-up + timed).")
-    race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
-    r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
-         "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
-    with gr.Row(elem_id="sl-race-plots"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
-        r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
-        r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
-    r["race_verdicts"] = gr.Markdown("", elem_id="sl-race-verdicts")  # one sentence per method (app/verdicts.py)
-    glossary.build()
-    to_tuple = _as_tuple(race.RACE_OUTPUTS, r)
-    inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
-
-    def race_fn(*args):  # (inputs..., request, progress): see _with_specials
-        for result in race.race(*args[:len(inputs)], progress=args[len(inputs) + 1]):
-            yield to_tuple(result)
-
-    _with_specials(race_fn, race.RACE_INPUTS)
-
-    race_btn.click(race_fn, inputs, [r[n] for n in race.RACE_OUTPUTS], concurrency_limit=1,
-                   concurrency_id="decode", api_name="race")
-
-
-def launch_kwargs() -> dict:
-    """What app.py and the tests pass to launch() (Gradio 6 takes css/theme there, not in Blocks)."""
-    return {"css": CSS, "js": PAGE_JS, "theme": gr.themes.Soft(), "max_file_size": "50mb"}

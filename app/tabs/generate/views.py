@@ -8,13 +8,13 @@ from pathlib import Path
 
 from decoders.trace import Trace
 
-from .render_rule import positions_figure, rounds_figure
-from .render_search import growth_figure, is_tree_trace, run_figure
-from .render_stats import stats_figure, stats_html
-from .render_text import legend_html, provenance_spans
-from .render_tree import tree_figure
+from app.figures.rule import positions_figure, rounds_figure
+from app.figures.search import growth_figure, is_tree_trace, run_figure
+from app.figures.stats import stats_figure, stats_html
+from app.figures.text import legend_html, provenance_spans
+from app.figures.tree import tree_figure
 
-# The Generate tab's outputs, in the order every handler returns them (ui.py maps the names to components).
+# The Generate tab's outputs, in the order every handler returns them (layout.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
            "download", "legend")
 ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round

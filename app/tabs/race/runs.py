@@ -17,12 +17,15 @@ from decoders.options import TREE_DRAFTERS, DecodeOptions, OptionsError
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
-from .handlers import DEFAULT_DRAFT, dtype_line, gpu, load_models, model_error_types
-from .hosting import check_model_allowed
-from .render_race import leviathan_figure, race_row, race_table_html, speed_figure
-from .render_stats import totals
-from .verdicts import verdicts_markdown, verify_ratio
-from .views import error_html
+from app.shared.hosting import gpu
+from app.shared.loading import dtype_line, load_models, model_error_types
+from app.tabs.generate.controls import DEFAULT_DRAFT
+from app.shared.hosting import check_model_allowed
+from app.figures.race import leviathan_figure, race_row, race_table_html, speed_figure
+from app.figures.stats import totals
+from app.tabs.race.verdicts import verdicts_markdown, verify_ratio
+from app.tabs.generate.views import error_html
+from app.shared.decode_slot import DECODE_SLOT
 
 RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts")
 RACE_INPUTS = ("prompt", "model", "dtype", "draft_model", "methods", "max_new_tokens", "temperature", "seed")
@@ -105,7 +108,6 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     """Warm up and time each run in turn; yields each finished trace as a plain dict."""
     from decoders.api import generate
 
-    from .handlers import DECODE_SLOT
 
     for data in options:
         opts = DecodeOptions.from_dict(data)

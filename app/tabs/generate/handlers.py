@@ -1,6 +1,6 @@
 """Event handlers for the Generate tab: UI values -> DecodeOptions -> the core's rounds -> rendered views.
 
-Handlers return dicts keyed by the names in views.OUTPUTS; ui.py turns them into tuples for Gradio. Models are
+Handlers return dicts keyed by the names in views.OUTPUTS; layout.py turns them into tuples for Gradio. Models are
 the only process-wide objects (decoders.models caches them); a user's trace and run bookkeeping live in gr.State.
 """
 from __future__ import annotations
@@ -10,30 +10,25 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
-from decoders.api import draft_for
 from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
-from .controls import DEFAULT_DRAFT, FROM_HEAD
-from .decode_slot import DecodeSlot
-from .hosting import check_model_allowed, gpu
-from .render_text import round_of_span
-from .session import RunSession
-from .views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
+from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD
+from app.shared.decode_slot import DECODE_SLOT
+from app.shared.hosting import check_model_allowed, gpu
+from app.shared.loading import dtype_line, load_models, model_error_types
+from app.figures.text import round_of_span
+from app.shared.session import RunSession
+from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
-DECODE_SLOT = DecodeSlot()  # one generation at a time, process-wide (app/decode_slot.py says why)
 
-# The controls of the Generate tab, in the order ui.py passes them.
+# The controls of the Generate tab, in the order layout.py passes them.
 RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
               "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live",
               "eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
 STREAM_EVERY = 0.4  # seconds between streamed updates: each one costs drawing time (server and browser)
 STOP_WAIT = 15.0  # seconds Stop waits for Gradio to close the run (it closes between rounds, or after a load)
 STOP_POLL = 1.0  # with live drawing off, the run still hands Gradio a (no-op) update this often so Stop can close it
-# Where each loading step sits on the progress bar, for loaders that report messages without a fraction. The
-# one-time conversion dominates a first load; a cached load is the "loading from cache" step alone.
-LOAD_PHASES = (("joining", 0.05), ("casting", 0.2), ("converting", 0.2), ("loading from cache", 0.3),
-               ("saving", 0.8), ("moving to", 0.9), ("float32 matmuls packed", 0.95), ("ready", 1.0))
 D = DecodeOptions()
 
 
@@ -130,53 +125,6 @@ _PARSERS = {
 }
 
 
-# ---- models -------------------------------------------------------------------------------------------------
-
-def _models_module():
-    try:
-        from decoders import models
-    except ImportError as err:  # the registry module is missing from this checkout
-        raise RuntimeError(f"the model registry (decoders/models.py) is not available: {err}") from None
-    return models
-
-
-def model_error_types() -> tuple[type[BaseException], ...]:
-    try:
-        return (_models_module().ModelError,)
-    except RuntimeError:
-        return ()
-
-
-def draft_name(options: DecodeOptions) -> str | None:
-    """The draft model this run needs (None when it needs none); no pairing raises OptionsError."""
-    return draft_for(options)
-
-
-def load(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):
-    """decoders.models.load_model with its progress callback forwarded to `report(fraction, message)`."""
-    def progress(*args, **kwargs):
-        fraction = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
-        message = next((a for a in args if isinstance(a, str)), kwargs.get("message", ""))
-        if report is not None:
-            report(fraction if fraction is not None else load_fraction(message),
-                   f"{name}: {message}" if message else f"loading {name}")
-
-    return _models_module().load_model(name, dtype=options.dtype, device=options.device, progress=progress)
-
-
-def load_fraction(message: str) -> float | None:
-    """Where a loader message sits on the progress bar (LOAD_PHASES); None (a spinner) for unknown steps."""
-    text = message.lower()
-    return next((fraction for phase, fraction in LOAD_PHASES if text.startswith(phase)), None)
-
-
-def load_models(options: DecodeOptions, report=None) -> tuple[object, object | None]:
-    target = load(options.model, options, report)
-    name = draft_name(options)
-    draft = load(name, options, report) if name else None
-    return target, draft
-
-
 # ---- the decode generator (the only GPU function) -------------------------------------------------------------
 
 @gpu(duration=120)
@@ -203,7 +151,7 @@ def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
 
 
 def admit(session: RunSession | None) -> None:
-    """Gradio accepted a Run into its queue (ui.py calls this from the event's validator, before any wait)."""
+    """Gradio accepted a Run into its queue (layout.py calls this from the event's validator, before any wait)."""
     if session is not None:
         session.admit()
 
@@ -211,7 +159,7 @@ def admit(session: RunSession | None) -> None:
 def run(*values, progress=gr.Progress(), session: RunSession | None = None) -> Iterator[dict]:
     """The Run button: validate, load (with progress), then stream rendered rounds until done or cancelled.
 
-    Stop (app/session.py) ends this generator between two rounds; closing it closes the decoder, whose `finally`
+    Stop (app/shared/session.py) ends this generator between two rounds; closing it closes the decoder, whose `finally`
     frees the caches. The session records the rounds for Stop to show."""
     session = session if session is not None else RunSession()
     if not session.begin():
@@ -280,19 +228,6 @@ def _mark_stopped(trace: Trace) -> None:
 
     trace.stop_reason = "cancelled"
     trace.totals = summarize(trace)
-
-
-def dtype_line(trace: Trace, why: bool = False) -> str:
-    """The dtype a run used; with `why` and dtype="auto", the loader's one-line reason for it."""
-    target = trace.models.get("target") or {}
-    dtype = target.get("dtype", "?")
-    if not why or (trace.options or {}).get("dtype") != "auto":
-        return dtype
-    try:
-        decision = _models_module().dtype_decision(target.get("device", "cpu"))
-    except Exception:  # a loader without dtype_decision, or a device this process cannot see
-        return dtype
-    return f"{dtype}: auto chose it because {decision.why}" if decision.name == dtype else dtype
 
 
 def _status(trace: Trace) -> str:

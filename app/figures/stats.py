@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from decoders.stats import summarize
 from decoders.trace import Trace
 
-from .theme import OKABE_ITO, STATUS_COLORS, describe
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe
 
 
 def totals(trace: Trace) -> dict:

@@ -14,7 +14,7 @@ def claims_markdown(results_dir: Path = table.RESULTS) -> str:
 def build(results_dir: Path = table.RESULTS) -> None:
     import gradio as gr
 
-    from . import glossary
+    from app.shared import glossary
 
     gr.Markdown(claims_markdown(results_dir), elem_id="sl-claims")
     glossary.build()

@@ -4,7 +4,7 @@ What applies to what is decoders.options' knowledge (fields_in_use, rules_for, i
 model families; this module only turns it into control states, so the page cannot reach a combination that
 validation would reject: prompt lookup offers only the rules that can steer it, the draft-model drafter is offered
 only for a target with a same-family draft, and controls that do not change the run are hidden. Pure data (no
-gradio): ui.py turns the states into gr.update.
+gradio): layout.py turns the states into gr.update.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the regi
 FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
 TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
 # The page opens on a tree (what visitors come to see): EAGLE-2 with the papers' K, D, M, grown by SmolLM2's shipped
-# EAGLE head, the settings of the recorded run it shows (app/views.py OPENING_TRACE), so Run repeats it live. Every
+# EAGLE head, the settings of the recorded run it shows (app/tabs/generate/views.py OPENING_TRACE), so Run repeats it live. Every
 # other starting value is DecodeOptions' default.
 OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ

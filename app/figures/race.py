@@ -17,9 +17,9 @@ from decoders.options import BEAM_METHODS, TREE_DRAFTERS
 from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
 
-from .render_stats import totals
-from .render_tree import empty_figure
-from .theme import OKABE_ITO, describe, title_margin, wrap_title
+from app.figures.stats import totals
+from app.figures.tree import empty_figure
+from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
 
 
 def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:

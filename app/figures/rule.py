@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from decoders.trace import Trace
 
-from .render_tree import empty_figure
-from .theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
+from app.figures.tree import empty_figure
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 ADAPTIVE = ("adaedl", "max-confidence")
 

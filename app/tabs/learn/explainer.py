@@ -18,7 +18,7 @@ from decoders.sampling import sample, seeded_generator
 from decoders.tree import DraftTree
 from decoders.verify import Verdict, residual, verify_sampling
 
-from .theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 # A toy next-token vocabulary after "The cat sat on the": small enough to read every bar on a phone.
 WORDS = ("mat", "sofa", "floor", "bed", "roof", "chair", "rug", "box")
@@ -146,7 +146,7 @@ def build(with_glossary: bool = True) -> None:
     """The explainer's controls and figure, placed inside whatever tab or lesson calls it."""
     import gradio as gr
 
-    from . import glossary
+    from app.shared import glossary
 
     gr.Markdown("**Why sampling stays exact.** The draft proposes a word from q; the target accepts it with "
                 "probability min(1, p/q); on rejection it draws from the residual norm(max(p − q, 0)). "

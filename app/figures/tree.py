@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
-from .render_search import PoolView, pool_view, search_headline
-from .theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
+from app.figures.search import PoolView, pool_view, search_headline
+from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
     visible_token, wrap_title
 
 EXTRA = "extra"  # the graph attribute marking the target's own token

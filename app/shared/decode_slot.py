@@ -3,7 +3,7 @@
 Why one at a time: the layer-skip drafter swaps decoder layers out of the shared, cached target model while it
 drafts, so a second run on that model at the same moment would see a half-skipped model; timings of concurrent runs
 would also be meaningless on a 2-core CPU. The Run, Race and Beams events share one Gradio concurrency group of
-size 1 (ui.py) and this slot guards any other caller.
+size 1 (the tabs' click events) and this slot guards any other caller.
 
 Why not a plain lock: a streaming run holds the slot while it waits, between two rounds, for its consumer to ask
 for the next update. A consumer that goes away without closing the run (a dropped connection, a server shut down
@@ -111,3 +111,6 @@ class DecodeSlot:
             if self._lease is lease:  # a run taken over leaves a slot that is no longer its own
                 self._lease = None
                 self._changed.notify_all()
+
+
+DECODE_SLOT = DecodeSlot()  # the one slot of this process: Generate, Race, Beams and Whisper all take it

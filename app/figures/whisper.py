@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 from decoders.whisper.trace import WhisperTrace
 from decoders.whisper.wer import align, wer
 
-from .render_tree import tidy_layout
-from .theme import OKABE_ITO, describe, sig, title_margin, visible_token, wrap_title
+from app.figures.tree import tidy_layout
+from app.shared.theme import OKABE_ITO, describe, sig, title_margin, visible_token, wrap_title
 
 BEAM_COLORS = {"root": "#4c4c4c", "kept": OKABE_ITO["blue"], "finished": OKABE_ITO["bluish green"],
                "dropped": "#c7c7c7", "filtered": OKABE_ITO["vermillion"], "overflow": OKABE_ITO["orange"]}

@@ -9,8 +9,8 @@ from __future__ import annotations
 from decoders.options import BEAM_METHODS
 from decoders.trace import Trace
 
-from .render_race import memory_text
-from .render_stats import totals
+from app.figures.race import memory_text
+from app.figures.stats import totals
 
 WIN = 1.05  # above this a speed-up is called a win; between 1/WIN and WIN it is a draw (timing noise)
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from .render_beams import beam_figure, results_html
+from app.figures.whisper import beam_figure, results_html
+from app.shared.paths import ASSETS
 
-AUDIO_DIR = Path(__file__).resolve().parent.parent / "assets" / "audio"
+AUDIO_DIR = ASSETS / "audio"
 DECODERS = ("greedy", "beam", "filter-ends", "min-lookahead", "filter-ends+min-lookahead")  # = options.DECODERS
 DEFAULT_DECODERS = ["beam", "filter-ends", "min-lookahead"]
 LANGUAGES = {"en": "English", "vi": "Vietnamese", "fr": "French", "de": "German", "es": "Spanish",

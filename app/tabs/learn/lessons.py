@@ -17,17 +17,18 @@ from decoders.options import DecodeOptions
 from decoders.trace import Trace
 from decoders.whisper.record import WhisperSet
 
-from . import explainer
-from .controls import EXAMPLE_CONTROLS, example_states
-from .render_beams import beam_figure, results_html
-from .render_forest import forest_figure
-from .render_rule import positions_figure
-from .render_search import growth_figure
-from .render_tree import empty_figure, tree_figure
-from .theme import OKABE_ITO, describe, title_margin, wrap_title
-from .views import interesting_round, read_trace_file
+from app.tabs.learn import explainer
+from app.tabs.generate.controls import EXAMPLE_CONTROLS, example_states
+from app.figures.whisper import beam_figure, results_html
+from app.figures.forest import forest_figure
+from app.figures.rule import positions_figure
+from app.figures.search import growth_figure
+from app.figures.tree import empty_figure, tree_figure
+from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
+from app.tabs.generate.views import interesting_round, read_trace_file
+from app.shared.paths import ASSETS
 
-TRACES = Path(__file__).resolve().parent.parent / "assets" / "traces"
+TRACES = ASSETS / "traces"
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def lesson_table(lesson: Lesson, folder: Path = TRACES) -> str:
 
 def whisper_try_states(lesson: Lesson, folder: Path = TRACES) -> dict[str, dict]:
     """{control: update} for the Whisper tab (audio, example, reference, decoders) that re-runs the recording."""
-    from .whisper_tab import AUDIO_DIR
+    from app.tabs.whisper import AUDIO_DIR
 
     recorded = lesson_trace(lesson, folder)
     audio = AUDIO_DIR / recorded.clip
@@ -231,7 +232,7 @@ def build(controls: dict, whisper: dict | None = None) -> None:
     Whisper lesson, the Whisper tab's (`whisper`: the dict whisper_tab.build returns)."""
     import gradio as gr
 
-    from . import glossary
+    from app.shared import glossary
 
     gr.Markdown(contents_markdown())
     targets = [controls[name] for name in EXAMPLE_CONTROLS]

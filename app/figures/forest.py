@@ -2,7 +2,7 @@
 trace recorded (decoders/beams/trace.py); nothing here re-derives what the decoder did.
 
 - forest_figure: one iteration's forest, one tree per input beam (x = layer, y = row), coloured by node status as
-  in the draft tree (app/theme.py STATUS_*); the paths of the beams carried forward are drawn thick and their
+  in the draft tree (app/shared/theme.py STATUS_*); the paths of the beams carried forward are drawn thick and their
   end nodes outlined; beams that finished (drew EOS) are squares. Hover: token, p, q, score.
 - width_figure: DSBD's acceptance-count distribution D[W] per layer as bars, the tail P(A >= k) against the
   thres line, the chosen width K as the one coloured bar.
@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from .theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}

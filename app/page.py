@@ -1,0 +1,51 @@
+"""The page: `build_demo()` assembles the tabs (one module or package each, under app/tabs/); app.py launches it.
+
+Where things are: app/tabs/<tab> holds a tab's layout and handlers, app/figures/ every figure and HTML view (pure),
+app/shared/ what the tabs share (theme, glossary, the one-decode slot, a browser session's runs, hosting).
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from app.figures.race import RACE_CSS
+from app.figures.stats import STATS_CSS
+from app.shared import glossary
+from app.shared.theme import PAGE_CSS, PAGE_JS
+from app.tabs import beams as beams_tab
+from app.tabs import claims
+from app.tabs import whisper as whisper_tab
+from app.tabs.generate import layout as generate_tab
+from app.tabs.learn import lessons
+from app.tabs.race import layout as race_tab
+
+CSS = STATS_CSS + RACE_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
+INTRO = """# SpecLab · watch speculative decoding think
+A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
+longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
+rounds. Hover over anything with a number for what it means."""
+
+
+
+
+def build_demo() -> gr.Blocks:
+    with gr.Blocks(title="SpecLab: watch speculative decoding think") as demo:
+        gr.Markdown(INTRO)
+        with gr.Tab("Generate", id="generate"):
+            controls = generate_tab.build(demo)
+        with gr.Tab("Race", id="race"):
+            race_tab.build(controls)
+        with gr.Tab("Beams", id="beams"):
+            beams_tab.build()
+        with gr.Tab("Whisper", id="whisper"):
+            whisper_inputs = whisper_tab.build()
+            glossary.build()
+        with gr.Tab("Learn", id="learn"):
+            lessons.build(controls, whisper_inputs)
+        with gr.Tab("Claims", id="claims"):
+            claims.build()
+    return demo
+
+
+def launch_kwargs() -> dict:
+    """What app.py and the tests pass to launch() (Gradio 6 takes css/theme there, not in Blocks)."""
+    return {"css": CSS, "js": PAGE_JS, "theme": gr.themes.Soft(), "max_file_size": "50mb"}

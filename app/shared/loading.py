@@ -1,0 +1,70 @@
+"""Loading the models a run needs, for every tab: progress messages placed on a bar, errors the page can show."""
+from __future__ import annotations
+
+from typing import Callable
+
+from decoders.api import draft_for
+from decoders.options import DecodeOptions
+from decoders.trace import Trace
+
+# Where each loading step sits on the progress bar, for loaders that report messages without a fraction. The
+# one-time conversion dominates a first load; a cached load is the "loading from cache" step alone.
+LOAD_PHASES = (("joining", 0.05), ("casting", 0.2), ("converting", 0.2), ("loading from cache", 0.3),
+               ("saving", 0.8), ("moving to", 0.9), ("float32 matmuls packed", 0.95), ("ready", 1.0))
+
+def _models_module():
+    try:
+        from decoders import models
+    except ImportError as err:  # the registry module is missing from this checkout
+        raise RuntimeError(f"the model registry (decoders/models.py) is not available: {err}") from None
+    return models
+
+
+def model_error_types() -> tuple[type[BaseException], ...]:
+    try:
+        return (_models_module().ModelError,)
+    except RuntimeError:
+        return ()
+
+
+def draft_name(options: DecodeOptions) -> str | None:
+    """The draft model this run needs (None when it needs none); no pairing raises OptionsError."""
+    return draft_for(options)
+
+
+def load(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):
+    """decoders.models.load_model with its progress callback forwarded to `report(fraction, message)`."""
+    def progress(*args, **kwargs):
+        fraction = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
+        message = next((a for a in args if isinstance(a, str)), kwargs.get("message", ""))
+        if report is not None:
+            report(fraction if fraction is not None else load_fraction(message),
+                   f"{name}: {message}" if message else f"loading {name}")
+
+    return _models_module().load_model(name, dtype=options.dtype, device=options.device, progress=progress)
+
+
+def load_fraction(message: str) -> float | None:
+    """Where a loader message sits on the progress bar (LOAD_PHASES); None (a spinner) for unknown steps."""
+    text = message.lower()
+    return next((fraction for phase, fraction in LOAD_PHASES if text.startswith(phase)), None)
+
+
+def load_models(options: DecodeOptions, report=None) -> tuple[object, object | None]:
+    target = load(options.model, options, report)
+    name = draft_name(options)
+    draft = load(name, options, report) if name else None
+    return target, draft
+
+
+def dtype_line(trace: Trace, why: bool = False) -> str:
+    """The dtype a run used; with `why` and dtype="auto", the loader's one-line reason for it."""
+    target = trace.models.get("target") or {}
+    dtype = target.get("dtype", "?")
+    if not why or (trace.options or {}).get("dtype") != "auto":
+        return dtype
+    try:
+        decision = _models_module().dtype_decision(target.get("device", "cpu"))
+    except Exception:  # a loader without dtype_decision, or a device this process cannot see
+        return dtype
+    return f"{dtype}: auto chose it because {decision.why}" if decision.name == dtype else dtype

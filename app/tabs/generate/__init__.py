@@ -1,0 +1,1 @@
+"""The Generate tab: controls, the handlers that run a decode, and the views of one trace."""

@@ -1,0 +1,1 @@
+"""The Learn tab: the lessons drawn from recorded traces, and the rejection-sampling explainer."""

@@ -1,0 +1,47 @@
+"""The Race tab's layout: method presets, the table, the speed chart, Leviathan's curve and the verdicts."""
+from __future__ import annotations
+
+import gradio as gr
+
+from app.figures.race import leviathan_figure, race_table_html, speed_figure
+from app.shared import glossary
+from app.shared.wiring import as_tuple, with_specials
+from app.tabs.race import runs as race
+
+
+def build(c: dict) -> None:
+    gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
+                "after a short warm-up and with recording off. Uses the prompt, model, number format, draft model "
+                "and sampling settings from the Generate tab.")
+    with gr.Row(elem_id="sl-race-setup"):  # wraps on a narrow screen (theme.PAGE_CSS)
+        methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
+                                   elem_id="sl-race-methods",
+                                   info="Draft-model methods and draft-model trees need a target with a draft "
+                                        "pairing (qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab; "
+                                        "EAGLE-head trees need a head for the target (assets/eagle/README.md). "
+                                        "K D M = children per node, depth, draft nodes verified; 'picked for CPU' = "
+                                        "the shape python -m bench.tree_size measured fastest on a 2-core CPU (the "
+                                        "papers use K10 D6 M59 on a GPU).")
+        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
+                                info="Tokens per run; every method runs twice (warm-up + timed).")
+    race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
+    r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
+         "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
+    with gr.Row(elem_id="sl-race-plots"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
+        r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
+        r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
+    r["race_verdicts"] = gr.Markdown("", elem_id="sl-race-verdicts")  # one sentence per method (app/tabs/race/verdicts.py)
+    glossary.build()
+    to_tuple = as_tuple(race.RACE_OUTPUTS, r)
+    inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
+
+    def race_fn(*args):  # (inputs..., request, progress): see app/shared/wiring.py
+        for result in race.race(*args[:len(inputs)], progress=args[len(inputs) + 1]):
+            yield to_tuple(result)
+
+    with_specials(race_fn, race.RACE_INPUTS)
+
+    race_btn.click(race_fn, inputs, [r[n] for n in race.RACE_OUTPUTS], concurrency_limit=1,
+                   concurrency_id="decode", api_name="race")
+
+
