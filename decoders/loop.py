@@ -6,12 +6,11 @@ drains it). Closing the generator early (a Stop button) runs the `finally` that 
 """
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from typing import Iterator
 
 import torch
 
+from .clock import DecodeClock
 from .drafters import Drafter
 from .recorder import TraceBuilder
 from .rules import DraftRule
@@ -27,7 +26,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
                builder: TraceBuilder) -> Iterator[Trace]:
     """Decode until EOS or max_new_tokens, yielding the trace after every round."""
     ids = list(prompt_ids)
-    clock = _Clock(target.device)
+    clock = DecodeClock(target.device)  # what decode time includes: decoders/clock.py
     stop_reason = "cancelled"
     try:
         if drafter.wants_target_hidden:  # an EAGLE head drafts from the prompt's features: take them from the prefill
@@ -36,7 +35,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             if len(ids) > 1:
                 target.forward(ids[:-1], last_only=True)  # prefill: the last prompt token is the first pending token
             drafter.start(ids)
-        builder.trace.prefill_seconds = clock.lap()
+        builder.trace.prefill_seconds = clock.prefill_done()
         produced = 0
         while produced < max_new_tokens:
             # 1. propose: at most budget - 1 drafts, so accepted drafts + the target's token never overshoot
@@ -96,39 +95,3 @@ def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
         if token in eos_ids:
             return tokens[: i + 1], True
     return tokens, False
-
-
-class _Clock:
-    """Wall-clock laps, synchronized on CUDA so GPU work is counted where it happens; pauses are left out."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.start = self.last = self._now()
-        self.prefill_end: float | None = None
-        self.paused_seconds = 0.0  # time spent outside the loop (while a yielded round was being consumed)
-
-    def _now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def lap(self) -> float:
-        now = self._now()
-        elapsed, self.last = now - self.last, now
-        if self.prefill_end is None:
-            self.prefill_end = now
-        return elapsed
-
-    def total(self) -> float:
-        """Decode time so far: since the end of prefill, pauses excluded."""
-        return self._now() - (self.prefill_end or self.start) - self.paused_seconds
-
-    @contextmanager
-    def paused(self):
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            away = time.perf_counter() - began
-            self.paused_seconds += away
-            self.last += away  # the next lap starts where the loop resumed
