@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
+from decoders.registry import uses_draft_model
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")  # HumanEval's usual completion cut
 COLUMNS = ("arm", "problems", "tokens_per_second", "target_forwards", "peak_kv_bytes", "mean_logprob", "pass_at_1")
@@ -101,7 +102,7 @@ def decode(arm: Arm, prompt: str, target, draft, max_new_tokens: int, seed: int)
 
     options = DecodeOptions(model=target.name, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed,
                             chat=False, **arm.options).validate()
-    uses_draft = options.method == "dsbd" or options.method == "speculative"
+    uses_draft = uses_draft_model(options)
     trace = None
     for trace in stream(options, prompt, target=target, draft=draft if uses_draft else None):
         pass

@@ -42,7 +42,12 @@ class Method:
 
     @property
     def needs_draft(self) -> bool:
-        return self.kind == "draft-model" or self.kind in ("eagle1", "eagle2", "ddd") and "eagle_head" not in self.options
+        """Ours: the registry says (decoders/registry.py); HF: assisted generation takes the draft model."""
+        if self.family == "hf":
+            return HF_KIND.get(self.kind) == "assisted"
+        from decoders import DecodeOptions, registry
+
+        return registry.uses_draft_model(DecodeOptions(**self.options))
 
     @property
     def greedy(self) -> bool:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from .api import generate
-from .options import (BEAM_METHODS, DRAFTERS, DTYPES, EARLY_STOPPING, METHODS, RULES, TREE_DRAFTERS, DecodeOptions,
-                      OptionsError)
+from . import registry
+from .options import BEAM_METHODS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
 
@@ -22,11 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="decode one prompt and print the text and a summary")
     defaults = DecodeOptions()
     run.add_argument("--model", default=defaults.model, help="registry name or hub id of the target")
-    run.add_argument("--method", default=defaults.method, choices=METHODS + BEAM_METHODS)
-    run.add_argument("--drafter", default=defaults.drafter, choices=DRAFTERS + TREE_DRAFTERS,
-                     help="chain drafters, or the trees eagle2 (EAGLE-2) and ddd (Dynamic Depth Decoding)")
+    run.add_argument("--method", default=defaults.method, choices=list(registry.METHODS))
+    run.add_argument("--drafter", default=defaults.drafter, choices=list(registry.DRAFTERS),
+                     help="; ".join(f"{name}: {spec.help}" for name, spec in registry.DRAFTERS.items()))
     run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
-    run.add_argument("--rule", default=defaults.rule, choices=RULES, help="draft-length rule")
+    run.add_argument("--rule", default=defaults.rule, choices=list(registry.RULES), help="draft-length rule")
     run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
     run.add_argument("--max-draft", type=int, default=defaults.max_draft, help="cap for adaptive rules")
     run.add_argument("--lam", type=float, default=None, help="initial λ (AdaEDL 0.5, max-confidence 0.4)")

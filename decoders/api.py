@@ -17,12 +17,11 @@ import torch
 
 from . import kernels
 from .beams import run as beam_run
-from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
-                       PromptLookupDrafter, STATIC_TREE, TreeShape)
+from . import registry
 from .loop import run_rounds
-from .options import BEAM_METHODS, TREE_DRAFTERS, DecodeOptions, OptionsError
+from .options import DecodeOptions, OptionsError
 from .recorder import TraceBuilder
-from .rules import make_rule
+from .registry import BuildContext, Family, uses_draft_model
 from .runner import CachedModel
 from .sampling import Warp, seeded_generator
 from .trace import Trace
@@ -54,21 +53,18 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
         target = target or _load(options.model, options)
         holding.enter_context(_hold(target))  # before the draft loads: that load may evict to fit the budget
         prompt_ids = _prompt_ids(target, prompt, options)
-        if needs_draft_model(options):
+        if uses_draft_model(options):
             draft = draft or _load(draft_for(options), options)
             holding.enter_context(_hold(draft))
             _check_pair(target, draft)
-        if options.method in BEAM_METHODS:  # several beams: decoders/beams (its own live trace, schema 2)
+        if registry.method(options.method).family == Family.BEAM:  # several beams: decoders/beams (its own live trace, schema 2)
             models = {"target": _describe(target), "draft": _describe(draft) if draft is not None else None}
             yield from beam_run.stream_beams(options, target, draft, prompt_ids,
                                              beam_run.new_trace(options, models, prompt, prompt_ids))
             return
         runner = CachedModel(target.model)
-        drafter = _make_drafter(options, runner, draft, target)
-        rule = make_rule(options.rule, options.gamma, options.max_draft, options.lam, options.lam_keep) \
-            if options.method == "speculative" else None
-        if options.method == "speculative" and options.drafter in TREE_DRAFTERS:  # the tree's shape sets its depth
-            rule = make_rule("static", tree_shape(options).steps, options.max_draft, None)
+        drafter = registry.build_drafter(BuildContext(options, runner, target, draft))
+        rule = registry.build_rule(options)
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
         generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
         warp = Warp(options.temperature, options.top_k, options.top_p)
@@ -112,27 +108,9 @@ def _too_long(n_prompt: int, max_new: int, context: int, name: str) -> str:
             f"tokens (at least {1 - room} to generate any)")
 
 
-def _make_drafter(options: DecodeOptions, runner: CachedModel, draft: LanguageModel | None,
-                  target: LanguageModel) -> Drafter:
-    if options.method == "baseline":
-        return NoDraft()
-    if options.drafter == "draft-model":
-        return DraftModelDrafter(draft.model)
-    if options.drafter in TREE_DRAFTERS and options.eagle_head is not None:
-        return EagleTreeDrafter(_eagle_head(options, target), tree_shape(options), name=f"{options.drafter}-head")
-    if options.drafter in TREE_DRAFTERS:
-        return DynamicTreeDrafter(draft.model, tree_shape(options), name=options.drafter)
-    if options.drafter == "prompt-lookup":
-        return PromptLookupDrafter(options.ngram, tuple(target.eos_token_ids))
-    try:
-        return LayerSkipDrafter(runner, list(options.skip_layers) if options.skip_layers is not None else None)
-    except ValueError as err:
-        raise OptionsError(str(err)) from None
-
-
 def draft_for(options: DecodeOptions) -> str | None:
     """The draft model a run needs: None unless the drafter is a draft model; the registry's pairing by default."""
-    if not needs_draft_model(options):
+    if not uses_draft_model(options):
         return None
     if options.draft_model:
         return options.draft_model
@@ -144,34 +122,6 @@ def draft_for(options: DecodeOptions) -> str | None:
         raise OptionsError(f"{options.model} has no default draft model; pass draft_model=... or pick a target that "
                            f"has one: {', '.join(pairs)}")
     return entry.default_draft
-
-
-def needs_draft_model(options: DecodeOptions) -> bool:
-    """Speculative decoding with a draft model, and DSBD (its draft forest comes from a draft model)."""
-    return options.method == "dsbd" or (options.method == "speculative"
-                                        and (options.drafter == "draft-model"
-                                             or options.drafter in TREE_DRAFTERS and options.eagle_head is None))
-
-
-def _eagle_head(options: DecodeOptions, target: LanguageModel):
-    """The EAGLE head a tree drafter grows from: a folder or hub id, or "auto" (shipped or trained for the target)."""
-    from .eagle.official import EagleHeadError, load_official, locate_head
-
-    try:
-        source = locate_head(options.model) if options.eagle_head == "auto" else options.eagle_head
-        return load_official(source, target.model)
-    except EagleHeadError as err:
-        raise OptionsError(str(err)) from None
-
-
-def tree_shape(options: DecodeOptions) -> TreeShape:
-    """EAGLE-1's static paths, EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
-    if options.drafter == "eagle1":
-        return TreeShape.static(options.tree_paths or STATIC_TREE)
-    if options.drafter == "ddd":
-        return TreeShape.ddd(k=options.tree_k, m=options.tree_m, checks=options.ddd_checks, threshold=options.ddd_x,
-                             steps=options.ddd_steps, width=options.ddd_width)
-    return TreeShape(k=options.tree_k, steps=options.tree_depth, m=options.tree_m)
 
 
 def _load(name: str, options: DecodeOptions) -> LanguageModel:
@@ -226,22 +176,9 @@ def _describe(model: LanguageModel) -> dict:
 
 def label(options: DecodeOptions) -> str:
     """Human label used in the UI and the benchmark tables."""
-    if options.method == "baseline":
-        return "autoregressive baseline"
-    if options.method in BEAM_METHODS:
+    if registry.method(options.method).family == Family.BEAM:
         return beam_run.label(options)
-    if options.drafter in TREE_DRAFTERS:
-        shape = tree_shape(options)
-        grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
-        if options.drafter == "eagle1":
-            return f"speculative · {grower} tree · EAGLE static tree ({shape.m} nodes, depth {shape.steps})"
-        if options.drafter == "ddd":
-            return f"speculative · {grower} tree · DDD (K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"
-        return f"speculative · {grower} tree · EAGLE-2 (K={shape.k}, D={shape.steps}, M={shape.m})"
-    rule = {"static": f"static γ={options.gamma}", "heuristic": "HF heuristic", "max-confidence": "max-confidence",
-            "adaedl": "AdaEDL"}[options.rule]
-    drafter = {"draft-model": "draft model", "prompt-lookup": "prompt lookup", "layer-skip": "layer skip"}
-    return f"speculative · {drafter[options.drafter]} · {rule}"
+    return registry.label(options)
 
 
 def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK) -> str:

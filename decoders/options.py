@@ -6,38 +6,25 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-METHODS = ("baseline", "speculative")  # chain methods: one sequence (decoders/loop.py)
-BEAM_METHODS = ("beam-search", "beam-sampling", "dsbd")  # several beams (decoders/beams/)
+from . import registry
+from .errors import OptionsError
+from .registry import Family
+
+# The names, from the registries (decoders/registry.py): what each method, drafter and rule is, needs and reads.
+METHODS = registry.names(registry.METHODS, Family.CHAIN)  # one sequence (decoders/loop.py)
+BEAM_METHODS = registry.names(registry.METHODS, Family.BEAM)  # several beams (decoders/beams/)
+DRAFTERS = registry.names(registry.DRAFTERS, Family.CHAIN)  # chain drafters
+TREE_DRAFTERS = registry.names(registry.DRAFTERS, Family.TREE)  # EAGLE-1's static tree, EAGLE-2, DDD
+RULES = tuple(registry.RULES)
 EARLY_STOPPING = ("false", "true", "never")  # beam search's stop rule, transformers' values as text
+LAM_KEEP = ("adaedl", "dv")  # the λ schedule's "keep" branch (decoders/rules.py LambdaSchedule)
 MAX_WIDTH_LIMIT = 64
-DRAFTERS = ("draft-model", "prompt-lookup", "layer-skip")  # chain drafters
-# Tree drafters, grown by the draft model or an EAGLE head: EAGLE-1's static tree, EAGLE-2's dynamic tree, and DDD
-# (EAGLE-2 that stops growing at low confidence).
-TREE_DRAFTERS = ("eagle1", "eagle2", "ddd")
-RULES = ("static", "heuristic", "max-confidence", "adaedl")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_DRAFT_LIMIT = 64
 MAX_TREE_NODES = 512  # draft nodes one target forward may verify
-# What applies to what, in one place: validation below and the app's controls (app/tabs/generate/controls.py) read it here.
-# Prompt lookup copies tokens and has no draft distribution q, so the rules that judge q cannot steer it.
-RULES_FOR_DRAFTER = {"draft-model": RULES, "layer-skip": RULES, "prompt-lookup": ("static", "heuristic")}
-INITIAL_LAM = {"adaedl": 0.5, "max-confidence": 0.4}  # the papers' starting thresholds, used when lam is None
-_RULE_FIELDS = {"static": ("gamma",), "heuristic": ("gamma", "max_draft"),
-                "max-confidence": ("max_draft", "lam", "lam_keep"), "adaedl": ("max_draft", "lam", "lam_keep")}
-_DRAFTER_FIELDS = {"draft-model": ("draft_model",), "prompt-lookup": ("ngram",), "layer-skip": ("skip_layers",),
-                   "eagle1": ("draft_model", "eagle_head", "tree_paths"),
-                   "eagle2": ("draft_model", "eagle_head", "tree_k", "tree_depth", "tree_m"),
-                   "ddd": ("draft_model", "eagle_head", "tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps",
-                           "ddd_width")}
 _ALWAYS = ("model", "method", "max_new_tokens", "temperature", "record", "dtype", "device", "chat")
 _SAMPLING = ("top_k", "top_p", "seed")  # greedy decoding (temperature 0) draws nothing at random
-_BEAM_FIELDS = {"beam-search": ("width", "length_penalty", "early_stopping"), "beam-sampling": ("width",),
-                "dsbd": ("width", "min_width", "thres", "gamma", "one_input_beam", "draft_model")}
-
-
-class OptionsError(ValueError):
-    """Invalid or incompatible options; the message says how to fix them."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +80,7 @@ class DecodeOptions:
 
     def validate(self) -> "DecodeOptions":
         """Raise OptionsError naming the field and the fix; return self so calls can chain."""
-        _one_of("method", self.method, METHODS + BEAM_METHODS)
+        family = registry.method(self.method).family  # an unknown method lists the known ones
         _one_of("dtype", self.dtype, DTYPES)
         _int_range("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
         if not 0.0 <= self.temperature <= 5.0:
@@ -104,7 +91,7 @@ class DecodeOptions:
             raise OptionsError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if self.method == "speculative":
             self._validate_speculative()
-        if self.method in BEAM_METHODS:
+        if family == Family.BEAM:
             self._validate_beams()
         return self
 
@@ -130,31 +117,33 @@ class DecodeOptions:
                 raise OptionsError(f"thres must be in (0, 1] (0.7 = the DSBD code's default), got {self.thres}")
 
     def _validate_speculative(self) -> None:
-        _one_of("drafter", self.drafter, DRAFTERS + TREE_DRAFTERS)
-        if self.drafter in TREE_DRAFTERS:
+        spec = registry.drafter(self.drafter)  # an unknown drafter lists the known ones
+        self._refuse_fields_the_drafter_ignores(spec)
+        if spec.family == Family.TREE:
             self._validate_tree()
             return
-        if self.eagle_head is not None:
-            raise OptionsError(f"eagle_head only applies to the tree drafters ({', '.join(TREE_DRAFTERS)}); remove it "
-                               f"or set drafter='eagle2'")
-        _one_of("rule", self.rule, RULES)
+        registry.rule(self.rule)  # an unknown rule lists the known ones
         _int_range("gamma", self.gamma, 1, MAX_DRAFT_LIMIT)
         _int_range("max_draft", self.max_draft, 1, MAX_DRAFT_LIMIT)
         if self.lam is not None and not 0.0 <= self.lam <= 1.0:
             raise OptionsError(f"lam (the initial λ) must be in [0, 1], got {self.lam}")
-        _one_of("lam_keep", self.lam_keep, ("adaedl", "dv"))
-        if self.rule not in rules_for(self.drafter):
-            raise OptionsError(
-                f"rule '{self.rule}' judges the draft's probability distribution, but prompt lookup copies tokens "
-                "and has none; use rule 'static' or 'heuristic' with prompt lookup")
-        if self.drafter == "prompt-lookup":
+        _one_of("lam_keep", self.lam_keep, LAM_KEEP)
+        if self.rule not in spec.rules:
+            raise OptionsError(f"rule '{self.rule}' judges the draft's probability distribution, but {spec.label} "
+                               f"copies tokens and has none; use rule {' or '.join(repr(r) for r in spec.rules)} "
+                               f"with {spec.label}")
+        if "ngram" in spec.fields:
             _int_range("ngram", self.ngram, 1, 8)
-        if self.skip_layers is not None and self.drafter != "layer-skip":
-            raise OptionsError("skip_layers only applies to the 'layer-skip' drafter; remove it or set drafter='layer-skip'")
-        if self.drafter == "layer-skip" and self.skip_layers is not None and 0 in self.skip_layers:
+        if "skip_layers" in spec.fields and self.skip_layers is not None and 0 in self.skip_layers:
             raise OptionsError("layer 0 cannot be skipped (the cache length is read from it); drop 0 from skip_layers")
-        if self.draft_model is not None and self.drafter != "draft-model":
-            raise OptionsError(f"draft_model only applies to drafter 'draft-model' (got drafter '{self.drafter}')")
+
+    def _refuse_fields_the_drafter_ignores(self, spec) -> None:
+        """A field set for another drafter would be silently ignored: say which drafters read it instead."""
+        for name in ("skip_layers", "draft_model", "eagle_head", "tree_paths"):
+            if getattr(self, name) is not None and name not in spec.fields:
+                readers = [d.name for d in registry.DRAFTERS.values() if name in d.fields]
+                raise OptionsError(f"{name} only applies to drafter {' / '.join(repr(r) for r in readers)} (got "
+                                   f"drafter '{self.drafter}'); remove it or set drafter='{readers[0]}'")
 
     def _validate_tree(self) -> None:
         """The tree's own shape bounds its depth, so the draft-length rule and gamma do not apply."""
@@ -205,23 +194,28 @@ class DecodeOptions:
 
 
 def rules_for(drafter: str) -> tuple[str, ...]:
-    """The draft-length rules that can steer this drafter."""
-    return RULES_FOR_DRAFTER.get(drafter, RULES)
+    """The draft-length rules a run with this drafter accepts (registry: a rule that judges q needs a drafter with q).
+    A tree's shape sets its own depth, so its rule field is unused and any rule is accepted."""
+    spec = registry.DRAFTERS.get(drafter)
+    return spec.rules if spec is not None and spec.rules else RULES
 
 
 def initial_lam(rule: str) -> float | None:
     """The initial λ a rule starts from when lam is None (None: the rule has no λ)."""
-    return INITIAL_LAM.get(rule)
+    spec = registry.RULES.get(rule)
+    return spec.initial_lam if spec is not None else None
 
 
 def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> frozenset[str]:
     """The fields that change a run with these choices; the others are ignored, so the UI hides them."""
     used = set(_ALWAYS) | (set(_SAMPLING) if temperature > 0 else set())
-    if method == "speculative" and drafter in TREE_DRAFTERS:
-        used |= {"drafter", *_DRAFTER_FIELDS[drafter]}
-    elif method == "speculative":
-        used |= {"drafter", "rule", *_RULE_FIELDS.get(rule, ()), *_DRAFTER_FIELDS.get(drafter, ())}
-    used |= set(_BEAM_FIELDS.get(method, ()))
+    spec = registry.METHODS.get(method)
+    used |= set(spec.fields) if spec is not None else set()
+    if method == "speculative" and drafter in registry.DRAFTERS:
+        drafter_spec = registry.DRAFTERS[drafter]
+        used |= set(drafter_spec.fields)
+        if drafter_spec.family == Family.CHAIN:
+            used |= {"rule", *(registry.RULES[rule].fields if rule in registry.RULES else ())}
     return frozenset(used)
 
 

@@ -2,7 +2,7 @@
 
 Each rule is a small object: `limit()` before a round, `check()` before every drafted position after the first,
 `update()` after verification. Each returns plain dicts that land in the trace, so the UI can show the rule's
-internals (entropy, bound, λ, running acceptance) without guessing.
+internals (entropy, bound, λ, running acceptance) without guessing. decoders/registry.py builds them from options.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .options import initial_lam
 from .sampling import entropy
 
 
@@ -157,16 +156,3 @@ class MaxConfidenceRule(DraftRule):
 
     def state(self) -> dict:
         return {"lam": self.schedule.lam, "ar": self.schedule.ar}
-
-
-def make_rule(name: str, gamma: int, max_draft: int, lam: float | None, keep: str = "adaedl") -> DraftRule:
-    """Build a rule from option values (validated in options.py)."""
-    if name == "static":
-        return StaticRule(gamma)
-    if name == "heuristic":
-        return HeuristicRule(gamma, max_draft)
-    if name == "adaedl":
-        return AdaEDLRule(LambdaSchedule(initial_lam(name) if lam is None else lam, max_draft, keep=keep))
-    if name == "max-confidence":
-        return MaxConfidenceRule(LambdaSchedule(initial_lam(name) if lam is None else lam, max_draft, keep=keep))
-    raise ValueError(f"unknown draft-length rule {name!r}")

@@ -9,17 +9,17 @@ launch per node on a GPU); the runner moves each result to the model's device in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 
 
-class Flavor:
+class Flavor(StrEnum):
     """How a node's children were produced; recursive rejection sampling must know it to stay lossless."""
 
     WITH_REPLACEMENT = "with_replacement"  # i.i.d. samples from q (a chain draft is one such sample)
     WITHOUT_REPLACEMENT = "without_replacement"  # samples from q without replacement, in draw order
     DETERMINISTIC = "deterministic"  # chosen without sampling (top-k, n-gram lookup): q is a point mass
-    ALL = (WITH_REPLACEMENT, WITHOUT_REPLACEMENT, DETERMINISTIC)
 
 
 @dataclass
@@ -32,7 +32,7 @@ class DraftTree:
 
     tokens: list[int]  # [root, d_1, ..., d_N]
     parents: list[int]  # parents[0] = -1
-    flavor: str = Flavor.WITH_REPLACEMENT
+    flavor: Flavor = Flavor.WITH_REPLACEMENT
     q_dists: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> (V,) warped draft distribution
     q_token: list[float | None] = field(default_factory=list)  # per node, None for the root / deterministic
 

@@ -10,6 +10,7 @@ the target's argmax.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 
@@ -21,6 +22,14 @@ _EPS = 1e-12  # below this a residual is treated as empty (unreachable in exact 
 
 class VerificationError(ValueError):
     """A draft tree that cannot be verified losslessly as given (a drafter bug); the message says what to fix."""
+
+
+class Source(StrEnum):
+    """Where the one token the target adds after the accepted path came from (the trace's bonus_source)."""
+
+    BONUS = "bonus"  # drawn from p after every draft on the path was accepted
+    RESAMPLED = "resampled"  # drawn from the residual norm(max(p - q, 0)) after a rejection
+    BASELINE = "baseline"  # no draft was offered: a plain target step
 
 
 @dataclass
@@ -47,7 +56,7 @@ class Verdict:
 
     path: list[int]  # accepted node ids in order, root excluded
     token: int  # the bonus or resampled token
-    source: str  # "bonus" | "resampled" | "baseline" (no draft was offered)
+    source: Source
     checks: list[Check] = field(default_factory=list)  # every tested node, in test order
 
     @property
@@ -140,7 +149,7 @@ def verify_sampling(tree: DraftTree, p: torch.Tensor, generator: torch.Generator
             r = residual(r, q_eff)  # (V,)
             tried.append(token)
         if accepted_child is None:
-            return Verdict(path, sample(r, generator), "resampled", checks)
+            return Verdict(path, sample(r, generator), Source.RESAMPLED, checks)
         path.append(accepted_child)
         node = accepted_child
 
@@ -165,7 +174,7 @@ def _require_draft_distributions(tree: DraftTree, kids: list[list[int]]) -> None
             "Flavor.DETERMINISTIC if its candidates were chosen, not sampled)")
 
 
-def _bonus_source(tree: DraftTree, node_children: list[int]) -> str:
+def _bonus_source(tree: DraftTree, node_children: list[int]) -> Source:
     if tree.n_drafted == 0:
-        return "baseline"
-    return "bonus" if not node_children else "resampled"
+        return Source.BASELINE
+    return Source.BONUS if not node_children else Source.RESAMPLED

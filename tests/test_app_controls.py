@@ -15,7 +15,7 @@ from app.tabs.generate.layout import example_prompts
 from decoders.api import draft_for
 from decoders.models import REGISTRY
 from decoders.options import DRAFTERS, METHODS, RULES, TREE_DRAFTERS, DecodeOptions, OptionsError, fields_in_use
-from decoders.rules import make_rule
+from decoders.registry import build_rule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -115,7 +115,7 @@ def test_max_confidence_starts_from_the_same_lambda_in_generate_and_race():
     raced = race.race_options({"model": "qwen2.5-coder-1.5b", "methods": ["draft model · max-confidence"]})[1]
 
     def start(o: DecodeOptions) -> float:
-        return make_rule(o.rule, o.gamma, o.max_draft, o.lam, o.lam_keep).schedule.lam
+        return build_rule(o).schedule.lam
 
     assert start(generate) == start(raced) == 0.4
 

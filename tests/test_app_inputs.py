@@ -41,9 +41,9 @@ def tiny_models(monkeypatch, tiny, drafts):
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
     monkeypatch.setattr(loading, "load", fake_load)
-    from decoders.api import needs_draft_model
+    from decoders.registry import uses_draft_model
 
-    monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if needs_draft_model(o) else None)
+    monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if uses_draft_model(o) else None)
 
 
 def assert_error(results: list[dict], *needles: str) -> str:

@@ -15,7 +15,9 @@ BAD = [
     (dict(top_p=0.0), "top_p must be in"),
     (dict(top_k=-1), "top_k must be 0"),
     (dict(method="beam"), "unknown method 'beam'; choose one of: baseline, speculative"),
-    (dict(method="speculative", rule="entropy"), "unknown rule"),
+    (dict(method="speculative", rule="entropy"), "unknown draft-length rule 'entropy'; choose one of: static, heuristic"),
+    (dict(method="speculative", drafter="medusa"), "unknown drafter 'medusa'; choose one of: draft-model, prompt-lookup"),
+    (dict(method="speculative", drafter="prompt-lookup", eagle_head="auto"), "eagle_head only applies to drafter 'eagle1' / 'eagle2' / 'ddd'"),
     (dict(method="speculative", drafter="prompt-lookup", rule="adaedl"), "prompt lookup copies tokens"),
     (dict(method="speculative", gamma=0), "gamma must be a whole number"),
     (dict(method="speculative", lam=1.5), "lam"),
@@ -96,7 +98,7 @@ def test_cli_offers_the_tree_drafters_with_their_paper_defaults():
 @pytest.mark.parametrize("args,message", [
     (["--drafter", "ddd", "--ddd-checks", "five"], "--ddd-checks takes"),
     (["--drafter", "ddd", "--ddd-checks", "1"], "ddd_checks must be whole expansion steps"),
-    (["--drafter", "prompt-lookup", "--eagle-head", "auto"], "eagle_head only applies to the tree drafters"),
+    (["--drafter", "prompt-lookup", "--eagle-head", "auto"], "eagle_head only applies to drafter 'eagle1' / 'eagle2' / 'ddd'"),
 ])
 def test_cli_tree_mistakes_are_one_line_messages(capsys, args, message):
     from decoders.__main__ import main

@@ -6,7 +6,9 @@ import math
 import pytest
 import torch
 
-from decoders.rules import AdaEDLRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule, make_rule
+from decoders.options import DecodeOptions, OptionsError
+from decoders.registry import build_rule
+from decoders.rules import AdaEDLRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
 
 
 def uniform_over(k: int, vocab: int = 16) -> torch.Tensor:
@@ -94,8 +96,12 @@ def test_heuristic_schedule():
 
 def test_static_and_factory():
     assert StaticRule(3).limit() == 3 and StaticRule(3).check(2, uniform_over(16))[0] is False
-    assert make_rule("adaedl", 4, 8, None).schedule.lam == 0.5
-    assert make_rule("max-confidence", 4, 8, None).schedule.lam == 0.4
-    assert make_rule("adaedl", 4, 8, 0.3, keep="dv").schedule.keep == "dv"
-    with pytest.raises(ValueError):
-        make_rule("nope", 4, 8, None)
+    def build(**fields):
+        return build_rule(DecodeOptions(method="speculative", **fields))
+
+    assert build(rule="adaedl").schedule.lam == 0.5
+    assert build(rule="max-confidence").schedule.lam == 0.4
+    assert build(rule="adaedl", lam=0.3, lam_keep="dv").schedule.keep == "dv"
+    assert build(rule="heuristic", gamma=3, max_draft=9).limit() == 3
+    with pytest.raises(OptionsError, match="unknown draft-length rule 'nope'; choose one of: static"):
+        build(rule="nope")

@@ -143,7 +143,7 @@ def test_a_sliding_window_draft_is_refused_by_the_tree_drafters_with_a_fix():
     """Frontier after frontier in the draft's own cache outruns what a sliding layer keeps: refuse, say what to do."""
     from decoders.drafters.tree_draft import DynamicTreeDrafter
     from decoders.options import DecodeOptions, OptionsError
-    from decoders.api import tree_shape
+    from decoders.registry import tree_shape
 
     with pytest.raises(OptionsError, match="sliding-window draft.*pick a draft without"):
         DynamicTreeDrafter(tiny_gemma3_mixed().model, tree_shape(DecodeOptions(method="speculative",

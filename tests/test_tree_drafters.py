@@ -172,9 +172,9 @@ def test_ddd_stops_at_the_first_check_below_x():
         return torch.log_softmax(torch.linspace(0, 3, 16), 0).expand(len(frontier), 16)  # (F, V)
 
     # the frontier's mass only falls as it deepens, so some check lies below a threshold just under the first H
-    first = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, threshold=-math.inf), 64).ddd
+    first = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=-math.inf, steps=11, width=10), 64).ddd
     x = (first[0]["H"] + first[1]["H"]) / 2  # between step 5's and step 7's confidence
-    growth = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, threshold=x), 64)
+    growth = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=x, steps=11, width=10), 64)
     assert [c["stop"] for c in growth.ddd] == [False, True] and growth.stop == "ddd" and growth.steps == 6
 
 

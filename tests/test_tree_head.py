@@ -80,11 +80,11 @@ def head_pair():
 
 @pytest.mark.parametrize("name", list(TREES))
 def test_eagle_head_tree_greedy_equals_baseline(head_pair, name):
-    from decoders import api
+    from decoders import registry
     from decoders.drafters import EagleTreeDrafter
 
     target, head = head_pair
-    shape = api.tree_shape(tree_options(TREES[name]))
+    shape = registry.tree_shape(tree_options(TREES[name]))
     for prompt in PROMPTS:
         for length in LENGTHS:
             trace = run_with(EagleTreeDrafter(head, shape), target, prompt, length, rule_depth=shape.steps)
@@ -155,5 +155,5 @@ def test_eagle_head_option_messages(head_pair):
         generate(tree_options(TREES["eagle2"], eagle_head="auto", model=target.name), PROMPTS[1], target=target)
     with pytest.raises(OptionsError, match="either an EAGLE head or a draft model"):
         tree_options(TREES["eagle2"], eagle_head="auto", draft_model="x").validate()
-    with pytest.raises(OptionsError, match="eagle_head only applies to the tree drafters"):
+    with pytest.raises(OptionsError, match="eagle_head only applies to drafter 'eagle1' / 'eagle2' / 'ddd'"):
         DecodeOptions(method="speculative", drafter="draft-model", eagle_head="auto").validate()

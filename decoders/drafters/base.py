@@ -10,6 +10,7 @@ close()                                free caches; called from the loop's `fina
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Callable
 
 import torch
@@ -19,12 +20,23 @@ from ..sampling import Warp, raw_probs, sample
 from ..tree import DraftTree
 
 
+class DraftStop(StrEnum):
+    """Why drafting stopped this round (the trace's rule.reason)."""
+
+    LIMIT = "limit"  # the round's limit (the rule's length, or the tree's shape)
+    RULE = "rule"  # the rule judged the next position not worth drafting (AdaEDL, max-confidence, DDD)
+    BUDGET = "budget"  # max_new_tokens leaves no room for more drafts
+    NO_MATCH = "no-match"  # prompt lookup found no earlier occurrence to copy
+    EOS = "eos"  # a copied end-of-sequence token ends the draft
+    NONE = "none"  # nothing was drafted (limit 0)
+
+
 @dataclass
 class Proposal:
     tree: DraftTree
     forwards: int = 0  # draft forward passes spent this round
     checks: list[dict] = field(default_factory=list)  # the draft-length rule's per-position records
-    reason: str = "limit"  # why drafting stopped: "limit" | "rule" | "budget" | "no-match" | "eos" | "none"
+    reason: DraftStop = DraftStop.LIMIT  # why drafting stopped
     search: dict | None = None  # tree drafters: the candidate pool, reranked set and stop checks (trace.py)
 
 
@@ -65,7 +77,7 @@ class NoDraft(Drafter):
     name = "none"
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
-        return Proposal(DraftTree.root_only(ids[-1]), reason="none")
+        return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.NONE)
 
 
 def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], limit: int, rule: DraftRule,
@@ -77,9 +89,9 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
     """
     tree = DraftTree.root_only(first[-1])
-    proposal = Proposal(tree, reason="limit")
+    proposal = Proposal(tree, reason=DraftStop.LIMIT)
     if limit <= 0:
-        proposal.reason = "budget"
+        proposal.reason = DraftStop.BUDGET
         return proposal
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
@@ -90,7 +102,7 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
         if record:
             proposal.checks.append(check)
         if stop:
-            proposal.reason = "rule"
+            proposal.reason = DraftStop.RULE
             break
         token = int(logits.argmax()) if warp.greedy else sample(q, generator)
         node = tree.add(position - 1, token, float(judged[token]) if record else None)

@@ -13,7 +13,7 @@ import torch
 
 from .. import cache as kv
 from ..eagle.head import EagleHead
-from .base import Drafter, Proposal
+from .base import Drafter, DraftStop, Proposal
 from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, tree_proposal
 from ..tree import DraftTree
 
@@ -46,9 +46,9 @@ class EagleTreeDrafter(Drafter):
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         self._catch_up(ids)
         if self.root_logits is None:  # no feature known yet (a one-token prompt): one plain target step first
-            return Proposal(DraftTree.root_only(ids[-1]), reason="none")
+            return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.NONE)
         if limit <= 0:
-            return Proposal(DraftTree.root_only(ids[-1]), reason="budget")
+            return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.BUDGET)
         context = kv.length(self.cache)  # committed pairs; draft pairs go after them and are dropped after
         fed: list[int] = []  # pool ids in cache order after `context`
         guessed: dict[int, torch.Tensor] = {}  # pool id -> (d,) the head's guess of that node's feature

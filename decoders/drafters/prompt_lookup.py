@@ -7,7 +7,7 @@ Like transformers, the first match from the left wins and proposals stop after a
 from __future__ import annotations
 
 from ..tree import DraftTree, Flavor
-from .base import Drafter, Proposal
+from .base import Drafter, DraftStop, Proposal
 
 
 def lookup(ids: list[int], max_ngram: int, limit: int) -> list[int]:
@@ -32,10 +32,10 @@ class PromptLookupDrafter(Drafter):
         tree = DraftTree.root_only(ids[-1])
         tree.flavor = Flavor.DETERMINISTIC
         if limit <= 0:
-            return Proposal(tree, reason="budget")
+            return Proposal(tree, reason=DraftStop.BUDGET)
         copied = lookup(ids, self.max_ngram, limit)
         for token in copied:
             tree.add(tree.size - 1, token, None)
             if token in self.eos_ids:
-                return Proposal(tree, reason="eos")
-        return Proposal(tree, reason="limit" if copied else "no-match")
+                return Proposal(tree, reason=DraftStop.EOS)
+        return Proposal(tree, reason=DraftStop.LIMIT if copied else DraftStop.NO_MATCH)

@@ -23,18 +23,12 @@ import torch
 from torch import nn
 
 from ..cache import sliding_window
-from ..options import OptionsError
+from ..errors import OptionsError
 from ..runner import CachedModel
 from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
-from .base import Drafter, Proposal
+from .base import Drafter, DraftStop, Proposal
 
-# DDD's constants as read from the paper (Brown et al. 2024, "Dynamic Depth Decoding"): checked steps S, threshold
-# x, most steps n, beam width w.
-DDD_CHECK_STEPS = (5, 7, 9)
-DDD_THRESHOLD = -0.3
-DDD_MAX_STEPS = 11
-DDD_WIDTH = 10
 # EAGLE-2's (K, D, M) per grower as `python -m bench.tree_size` picked them for a 2-core CPU, float32
 # (bench/results/tree-size-<target>.md; tests/test_cpu_tree_shapes.py keeps the two in step). The papers' K 10, D 6,
 # M 59 assume a GPU, where verifying 60 tokens costs about one token's forward; here t(n) and every draft step cost.
@@ -52,11 +46,13 @@ STATIC_TREE = ((0,), (1,), (2,), (3,),
 
 @dataclass(frozen=True)
 class TreeShape:
-    """How a dynamic tree grows. EAGLE-2: width = k, no checks. DDD: checks, x, steps = n, width = w."""
+    """How a dynamic tree grows. EAGLE-2: width = k, no checks. DDD: checks, x, steps = n, width = w.
 
-    k: int = 8  # top-k children per expanded node (EAGLE-2's K)
-    steps: int = 6  # most expansion steps (EAGLE-2's depth D; DDD's n)
-    m: int = 48  # draft nodes sent to the target (EAGLE-2's M)
+    No defaults for the shape itself: the papers' values are DecodeOptions' defaults (decoders/options.py)."""
+
+    k: int  # top-k children per expanded node (EAGLE-2's K)
+    steps: int  # most expansion steps (EAGLE-2's depth D; DDD's n)
+    m: int  # draft nodes sent to the target (EAGLE-2's M)
     width: int | None = None  # frontier kept per step; None = k (EAGLE-2); DDD's beam width w
     checks: tuple[int, ...] = ()  # expansion steps before which DDD checks its confidence (S)
     threshold: float = -math.inf  # DDD's x: stop when H < x
@@ -85,8 +81,7 @@ class TreeShape:
         return cls(k=max(max(p) for p in paths) + 1, steps=max(len(p) for p in paths), m=len(paths), paths=paths)
 
     @classmethod
-    def ddd(cls, k: int = 8, m: int = 48, checks: tuple[int, ...] = DDD_CHECK_STEPS, threshold: float = DDD_THRESHOLD,
-            steps: int = DDD_MAX_STEPS, width: int = DDD_WIDTH) -> "TreeShape":
+    def ddd(cls, k: int, m: int, checks: tuple[int, ...], threshold: float, steps: int, width: int) -> "TreeShape":
         return cls(k=k, steps=steps, m=m, width=width, checks=tuple(checks), threshold=threshold)
 
 
@@ -227,7 +222,7 @@ def tree_proposal(method: str, pending: int, growth: Growth, m: int, record: boo
     itself goes into the trace when recording. DDD's stop reads as the rule's, EAGLE-2's as the size limit."""
     chosen = rerank(growth.pool, m)
     proposal = Proposal(build_tree(pending, growth.pool, chosen), forwards=growth.forwards,
-                        reason="rule" if growth.stop == "ddd" else "limit")
+                        reason=DraftStop.RULE if growth.stop == "ddd" else DraftStop.LIMIT)
     if record:
         proposal.search = search_record(method, growth, chosen)
     return proposal
@@ -260,7 +255,7 @@ class DynamicTreeDrafter(Drafter):
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         if limit <= 0:
-            return Proposal(DraftTree.root_only(ids[-1]), reason="budget")
+            return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.BUDGET)
         unseen = ids[self.runner.length:]  # the pending token, and accepted tokens from the last round
         root_logits = self.runner.forward(unseen, last_only=True)[-1]  # (V,)
         context = self.runner.length  # the committed tokens; draft nodes go after them and are dropped after

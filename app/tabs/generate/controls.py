@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from decoders.options import DRAFTERS, TREE_DRAFTERS, DecodeOptions, fields_in_use, initial_lam, rules_for
+from decoders.options import DecodeOptions, fields_in_use, initial_lam, rules_for
+from decoders import registry
+from decoders.registry import Family, uses_draft_model
 
 DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the registry's pairing" choice
 # What a tree grows from (the eagle_head control): the draft model (eagle_head None) or the target's EAGLE head.
@@ -76,8 +78,9 @@ def tree_sources(model: str) -> list[str]:
 def drafters_for(model: str) -> list[str]:
     """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the tree
     drafters only for one with a draft model or an EAGLE head to grow the tree."""
-    chain = [d for d in DRAFTERS if d != "draft-model" or drafts_for(model)]
-    return chain + (list(TREE_DRAFTERS) if tree_sources(model) else [])
+    chain = [d for d in registry.names(registry.DRAFTERS, Family.CHAIN)
+             if drafts_for(model) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d))]
+    return chain + (list(registry.names(registry.DRAFTERS, Family.TREE)) if tree_sources(model) else [])
 
 
 def control_states(model: str, method: str, drafter: str, rule: str, temperature: float,
@@ -96,7 +99,7 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     sources = tree_sources(model)
     source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
     used = fields_in_use(method, drafter, rule, _number(temperature))
-    grows_from_head = drafter in TREE_DRAFTERS and source == FROM_HEAD
+    grows_from_head = registry.DRAFTERS[drafter].family == Family.TREE and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
     states["drafter"].update(choices=drafters, value=drafter)
     states["rule"].update(choices=rules, value=rule)
@@ -163,3 +166,22 @@ def _number(value) -> float:
         return float(value or 0.0)
     except (TypeError, ValueError):
         return 0.0
+
+
+def dtype_choices(model: str) -> list[tuple[str, str]]:
+    """The number formats, each labelled with what it promises; bfloat16 with its speed here once measured."""
+    from decoders.dtype_choice import ROUNDING_NOTE
+
+    return [("auto (float32: exact)", "auto"), ("float32", "float32"),
+            (f"bfloat16 ({format_speed_note(model, 'bfloat16')}{ROUNDING_NOTE})", "bfloat16")]
+
+
+def format_speed_note(model: str, dtype: str) -> str:
+    """"1.3x float32's one-token speed here; " from this machine's measured cost curves, or "" when not measured."""
+    try:
+        from decoders.costs import format_speedup
+
+        ratio = format_speedup(model, dtype)
+    except Exception:  # no measurement module or cache: say nothing rather than guess
+        return ""
+    return f"measured {ratio:.2f}x float32's one-token speed here; " if ratio else ""

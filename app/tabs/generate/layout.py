@@ -8,6 +8,7 @@ import json
 
 import gradio as gr
 
+from decoders import registry
 from decoders.options import DRAFTERS, RULES, TREE_DRAFTERS
 
 from app.shared import glossary
@@ -18,7 +19,7 @@ from app.shared.theme import PROVENANCE_COLORS
 from app.shared.wiring import as_tuple, with_specials
 from app.figures.text import legend_html
 from app.tabs.generate import handlers
-from app.tabs.generate.controls import DEPENDENT, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, \
+from app.tabs.generate.controls import DEPENDENT, dtype_choices, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, \
     draft_choices, example_states, lam_for, opening_value
 from app.tabs.generate.views import OUTPUTS, ROUND_OUTPUTS, full_views, opening_trace, read_trace_file, \
     recorded_traces, shown_round
@@ -75,23 +76,19 @@ def _controls() -> dict:
                              allow_custom_value=not registry_only(),
                              info="The model whose output must not change. Loads on first use (seconds, with "
                                   "progress); cached afterwards.")
-    c["dtype"] = gr.Radio(["auto", "float32", "bfloat16"], value=d.dtype, label="Number format (dtype)",
-                          info="auto = bfloat16 where this machine runs it faster (measured once), else float32. "
-                               "float32 makes greedy output equal the baseline token for token; bfloat16 is "
-                               "lossless only up to rounding.")
+    c["dtype"] = gr.Radio(dtype_choices(d.model), value=d.dtype, label="Number format (dtype)",
+                          elem_id="sl-dtype",
+                          info="auto = float32 on every machine: greedy output equals the baseline token for token "
+                               "(a near-tie can still flip: the Race says which). bfloat16 is an explicit choice: "
+                               "faster on some machines (measured here once timed), and it may differ from the "
+                               "baseline by rounding.")
     c["method"] = gr.Radio(["baseline", "speculative"], value=d.method, label="Method",
                            info="baseline: one target forward per token. speculative: draft, then verify.")
     with gr.Accordion("Speculation", open=True):
         # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
         # values against the choices a component was built with, so narrow ones would refuse valid API runs.
         c["drafter"] = gr.Radio(list(DRAFTERS + TREE_DRAFTERS), value=d.drafter, label="Drafter",
-                                elem_id="sl-drafter",
-                                info="draft-model: a smaller model of the same family. prompt-lookup: copy what "
-                                     "followed the same n-gram earlier in the text. layer-skip: the target itself "
-                                     "with some layers skipped. eagle1: a fixed tree of the draft's top picks "
-                                     "(EAGLE's static tree, 24 nodes). eagle2: a tree of drafts grown by confidence "
-                                     "(EAGLE-2), verified in one forward. ddd: EAGLE-2 that stops growing when the "
-                                     "tree's confidence falls (Dynamic Depth Decoding).")
+                                elem_id="sl-drafter", info=_registry_help(registry.DRAFTERS))
         c["eagle_head"] = gr.Radio([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),
                                    label="Tree grown by", elem_id="sl-tree-source",
                                    info="The draft model of the pair, or an EAGLE head: one decoder layer reading "
@@ -101,11 +98,9 @@ def _controls() -> dict:
                                        label="Draft model", allow_custom_value=not registry_only(),
                                        info="Only for the draft-model drafter; must share the target's vocabulary "
                                             "(qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b).")
-        c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule",
-                             label="Draft-length rule",
-                             info="static: always γ tokens. heuristic: +2 after a full accept, −1 otherwise. "
-                                  "max-confidence: stop when the draft's top probability < λ. AdaEDL: stop when "
-                                  "1 − √(γ·entropy) < λ; λ adapts to the running acceptance.")
+        c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule", label="Draft-length rule",
+                             info=_registry_help(registry.RULES) + ". AdaEDL and max-confidence start from their own "
+                                  "λ and adapt it to the running acceptance.")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
@@ -142,6 +137,11 @@ def _controls() -> dict:
     for name in DEPENDENT:  # hide what does not apply to the opening method
         c[name].visible = shown[name]["visible"]
     return c
+
+
+def _registry_help(table: dict) -> str:
+    """One line per choice, from the registry's own help (decoders/registry.py), so a new drafter explains itself."""
+    return ". ".join(f"{name}: {spec.help}" for name, spec in table.items())
 
 
 def _tree_controls(d) -> dict:

@@ -13,7 +13,8 @@ from typing import Iterator
 import gradio as gr
 
 from decoders.drafters.tree_draft import CPU_SHAPES
-from decoders.options import TREE_DRAFTERS, DecodeOptions, OptionsError
+from decoders.options import DecodeOptions, OptionsError
+from decoders.registry import uses_draft_model
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
@@ -85,13 +86,10 @@ def race_options(values: dict) -> list[DecodeOptions]:
     check_model_allowed(draft if draft != DEFAULT_DRAFT else None, "draft model")
     runs = [base.validate()]
     for name in methods:
-        preset = {"method": "speculative", **PRESETS[name]}
-        drafter = preset.get("drafter")
-        uses_draft = drafter == "draft-model" or preset["method"] == "dsbd" or \
-            drafter in TREE_DRAFTERS and "eagle_head" not in preset
-        if uses_draft and draft and draft != DEFAULT_DRAFT:
-            preset["draft_model"] = draft
-        runs.append(replace(base, **preset).validate())
+        run = replace(base, **{"method": "speculative", **PRESETS[name]})
+        if uses_draft_model(run) and draft and draft != DEFAULT_DRAFT:
+            run = replace(run, draft_model=draft)
+        runs.append(run.validate())
     return runs
 
 

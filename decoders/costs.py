@@ -1,0 +1,257 @@
+"""What verification and drafting cost on this machine: one cost curve per (machine, model, dtype, kernels).
+
+t(n) = seconds of one forward over n new tokens after a fixed context / seconds of one over 1 token. A chain (the
+causal mask) and a branching tree (the 4-D float mask, decoders/runner.py) take different code paths, so both are
+timed. Each n is timed `repeats` times, interleaved with the other n (a slow moment of a shared machine spreads over
+every n instead of bending one), and the median is kept; the curve is then made non-decreasing by pooling adjacent
+violators (isotonic regression), because a forward over more tokens cannot really cost less: a dip is noise, and a
+controller that trusted it would draft into it.
+
+Measured once and cached in cache_dir()/costs.json under the machine's fingerprint (CPU model and flags, PyTorch
+version, thread count), the model, the dtype and the kernels; `measure(..., refresh=True)` times it again. The draft
+controller (decoders/controller.py), the Race's t(n) panel and bench read it.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .model_files import cache_dir
+from .tree import DraftTree
+
+CACHE_NAME = "costs.json"
+DEFAULT_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+DEFAULT_REPEATS = 5
+DEFAULT_CONTEXT = 96  # tokens already in the cache when a forward is timed (a short prompt plus some output)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """t(n)/t(1) of one model on one machine, as measured and as smoothed (non-decreasing)."""
+
+    model: str
+    dtype: str
+    kernels: str
+    machine: str  # a readable machine description (CPU or GPU name, threads)
+    ns: tuple[int, ...]
+    step_seconds: float  # t(1) in seconds: one token with all logits rows (as a verification forward)
+    draft_step_seconds: float  # one token, last logits row only (as a drafter steps)
+    chain: dict[int, float]  # smoothed t(n)/t(1), causal forward
+    tree: dict[int, float]  # smoothed t(n)/t(1), tree-mask forward (a branching tree of n nodes)
+    raw_chain: dict[int, float] = field(default_factory=dict)  # medians before smoothing
+    raw_tree: dict[int, float] = field(default_factory=dict)
+    spread: dict[int, tuple[float, float]] = field(default_factory=dict)  # chain: (min, max) seconds per n
+    repeats: int = DEFAULT_REPEATS
+    context_tokens: int = DEFAULT_CONTEXT
+    measured_at: str = ""
+
+    def t(self, n: int, tree: bool = False) -> float:
+        """t(n)/t(1), linear between measured n and along the last segment beyond the largest."""
+        return interpolate(self.tree if tree else self.chain, n)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for key in ("chain", "tree", "raw_chain", "raw_tree", "spread"):
+            data[key] = {str(n): v for n, v in data[key].items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostCurve":
+        data = dict(data)
+        for key in ("chain", "tree", "raw_chain", "raw_tree"):
+            data[key] = {int(n): float(v) for n, v in data.get(key, {}).items()}
+        data["spread"] = {int(n): tuple(v) for n, v in data.get("spread", {}).items()}
+        data["ns"] = tuple(data["ns"])
+        return cls(**data)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+def monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # each block: [sum, count]
+    for value in values:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out = []
+    for total, count in blocks:
+        out += [total / count] * count
+    return out
+
+
+def smooth(seconds: dict[int, float]) -> dict[int, float]:
+    """Seconds per n -> non-decreasing t(n)/t(1) with t(1) = 1 (n = 1 must be measured)."""
+    ns = sorted(seconds)
+    fitted = monotone([seconds[n] for n in ns])
+    base = fitted[0]
+    return {n: max(1.0, value / base) for n, value in zip(ns, fitted)}
+
+
+def interpolate(curve: dict[int, float], n: int) -> float:
+    points = sorted(curve.items())
+    if n <= points[0][0]:
+        return points[0][1]
+    for (n0, t0), (n1, t1) in zip(points, points[1:]):
+        if n <= n1:
+            return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+    (n0, t0), (n1, t1) = points[-2], points[-1]
+    return t1 + (t1 - t0) * (n - n1) / (n1 - n0)  # beyond the curve: the last segment's slope
+
+
+def branching_tree(pending: int, n: int, vocab: int) -> DraftTree:
+    """n draft nodes (plus the root) in a tree that branches: each node has up to two children, breadth first."""
+    tree = DraftTree.root_only(pending)
+    for i in range(n):
+        tree.add(i // 2, (pending + 7 * i + 1) % vocab)
+    return tree
+
+
+# ---------------------------------------------------------------- measuring
+
+@torch.inference_mode()
+def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
+                  context_tokens: int = DEFAULT_CONTEXT) -> dict:
+    """Median seconds per n for chain and tree forwards and for a last-logits one-token step, interleaved."""
+    from .runner import CachedModel
+
+    if max(ns) > context_tokens:
+        raise ValueError(f"timing forwards of up to {max(ns)} tokens needs a context of at least that many")
+    vocab = model.config.vocab_size
+    context = [(17 * i + 3) % vocab for i in range(context_tokens)]
+    runner = CachedModel(model)
+    runner.forward(context, last_only=True)
+    samples = {"chain": {n: [] for n in ns}, "tree": {n: [] for n in ns}, "step": {1: []}}
+
+    def timed(kind: str, n: int, run) -> None:
+        start = _now(runner.device)
+        run()
+        samples[kind][n].append(_now(runner.device) - start)
+        runner.drop_last(n)
+
+    try:
+        for _ in range(2):  # first calls pay for kernel selection and allocation
+            runner.forward(context[:4])
+            runner.drop_last(4)
+        for _ in range(repeats):
+            timed("step", 1, lambda: runner.forward(context[:1], last_only=True))
+            for n in ns:
+                timed("chain", n, lambda: runner.forward(context[:n]))
+                timed("tree", n, lambda: runner.forward_tree(branching_tree(context[0], n - 1, vocab)))
+    finally:
+        runner.release()
+    medians = {kind: {n: statistics.median(v) for n, v in per_n.items()} for kind, per_n in samples.items()}
+    return medians | {"spread": {n: (min(v), max(v)) for n, v in samples["chain"].items()}}
+
+
+def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS) -> CostCurve:
+    """The cost curve of a loaded model (decoders.models.LoadedModel or any object with .name and .model); read
+    from the cache unless refresh or never measured for this (machine, model, dtype, kernels)."""
+    from . import kernels
+
+    model = lm.model
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    kernel_kind = kernels.kernels_of(model)
+    device = next(model.parameters()).device
+    key = cache_key(lm.name, dtype, kernel_kind, device)
+    if not refresh:
+        cached = _read().get(key)
+        if cached:
+            return CostCurve.from_dict(cached)
+    timings = time_forwards(model, ns, repeats)
+    chain, tree_seconds = timings["chain"], timings["tree"]  # tree[n]: a root and n - 1 drafts that branch
+    curve = CostCurve(model=lm.name, dtype=dtype, kernels=kernel_kind, machine=machine_description(device),
+                      ns=tuple(ns), step_seconds=chain[1], draft_step_seconds=timings["step"][1],
+                      chain=smooth(chain), tree=smooth(tree_seconds),
+                      raw_chain={n: s / chain[1] for n, s in chain.items()},
+                      raw_tree={n: s / chain[1] for n, s in tree_seconds.items()},
+                      spread=timings["spread"], repeats=repeats,
+                      measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    _write(key, curve.to_dict())
+    return curve
+
+
+def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: str = "cpu") -> CostCurve | None:
+    """A curve measured earlier on this machine, without loading or timing anything (None if never measured)."""
+    from . import kernels
+
+    kinds = [kernel_kind] if kernel_kind else [kernels.PACKED, kernels.STOCK]  # packed: how the loader runs float32
+    stored = _read()
+    for kind in kinds:
+        data = stored.get(cache_key(model_name, dtype, kind, torch.device(device)))
+        if data:
+            return CostCurve.from_dict(data)
+    return None
+
+
+def format_speedup(model_name: str, dtype: str) -> float | None:
+    """How much faster a one-token step of `model_name` ran in `dtype` than in float32 on this machine, from the
+    cached curves (None if either was never measured). The app labels the bfloat16 choice with it."""
+    fast, exact = cached(model_name, dtype), cached(model_name, "float32")
+    if fast is None or exact is None:
+        return None
+    return exact.step_seconds / fast.step_seconds
+
+
+# ---------------------------------------------------------------- the machine and the cache
+
+def machine_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, PyTorch {torch.__version__}"
+    from .dtype_choice import read_cpu_features
+
+    cpu = read_cpu_features()
+    return f"{cpu.model_name}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, PyTorch {torch.__version__}"
+
+
+def cache_key(model_name: str, dtype: str, kernel_kind: str, device: torch.device) -> str:
+    if device.type == "cuda":
+        machine = torch.cuda.get_device_name(device)
+    else:
+        from .dtype_choice import read_cpu_features
+
+        cpu = read_cpu_features()
+        machine = json.dumps([cpu.model_name, sorted(cpu.flags)])
+    fingerprint = hashlib.sha256(json.dumps([machine, torch.__version__, torch.get_num_threads()]).encode())
+    return f"{fingerprint.hexdigest()[:12]}|{model_name}|{dtype}|{kernel_kind}"
+
+
+def _path() -> Path:
+    return cache_dir() / CACHE_NAME
+
+
+def _read() -> dict:
+    try:
+        data = json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}  # never measured, or a damaged file: measure again
+    return data if isinstance(data, dict) else {}
+
+
+def _write(key: str, record: dict) -> None:
+    """Best effort and atomic: an unwritable cache costs the next process a measurement, never a failed run."""
+    data = _read()
+    data[key] = record
+    with contextlib.suppress(OSError):
+        path = _path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

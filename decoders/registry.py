@@ -1,0 +1,243 @@
+"""Every method, drafter and draft-length rule SpecLab knows, by name: what it is, what it needs, which option
+fields it reads (their defaults are DecodeOptions' own: options.py holds every default), and how to build it.
+
+options.py validates against these tables, api.py builds from them, and the app's pickers, the Race and bench read
+them: nothing else keeps a list of names or an if-chain over them. Adding a drafter is one class in
+decoders/drafters/ and one DrafterSpec line in DRAFTERS below (decoders/README.md walks through it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Callable
+
+from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
+                       PromptLookupDrafter, STATIC_TREE, TreeShape)
+from .errors import OptionsError
+from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
+
+if TYPE_CHECKING:
+    from .options import DecodeOptions
+    from .runner import CachedModel
+
+
+class Family(StrEnum):
+    """How a method's output is made: one sequence verified round by round (chain drafts or none), one sequence
+    verified a tree at a time, or several beams (decoders/beams)."""
+
+    CHAIN = "chain"
+    TREE = "tree"
+    BEAM = "beam"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a drafter may be built from: the run's options, the cached target, and the loaded models."""
+
+    options: "DecodeOptions"
+    runner: "CachedModel"  # the target with its KV cache (decoders/runner.py)
+    target: object  # the loaded target (decoders.api.LanguageModel)
+    draft: object | None  # the loaded draft model, when uses_draft_model(options)
+
+
+# ---------------------------------------------------------------- draft-length rules
+
+@dataclass(frozen=True)
+class RuleSpec:
+    name: str
+    label: Callable[["DecodeOptions"], str]  # for tables and traces, e.g. "static γ=4"
+    fields: tuple[str, ...]  # the option fields it reads
+    build: Callable[["DecodeOptions"], DraftRule]
+    judges_q: bool = False  # True: it reads the draft's distribution q, so a drafter without one cannot use it
+    initial_lam: float | None = None  # the λ it starts from when options.lam is None (None: the rule has no λ)
+    help: str = ""
+
+
+def _schedule(options: "DecodeOptions", rule: str) -> LambdaSchedule:
+    lam = RULES[rule].initial_lam if options.lam is None else options.lam
+    return LambdaSchedule(lam, options.max_draft, keep=options.lam_keep)
+
+
+RULES: dict[str, RuleSpec] = {spec.name: spec for spec in [
+    RuleSpec("static", lambda o: f"static γ={o.gamma}", ("gamma",), lambda o: StaticRule(o.gamma),
+             help="always γ tokens"),
+    RuleSpec("heuristic", lambda o: "HF heuristic", ("gamma", "max_draft"),
+             lambda o: HeuristicRule(o.gamma, o.max_draft), help="+2 after a full accept, −1 otherwise"),
+    RuleSpec("max-confidence", lambda o: "max-confidence", ("max_draft", "lam", "lam_keep"),
+             lambda o: MaxConfidenceRule(_schedule(o, "max-confidence")), judges_q=True, initial_lam=0.4,
+             help="stop when the draft's top probability < λ"),
+    RuleSpec("adaedl", lambda o: "AdaEDL", ("max_draft", "lam", "lam_keep"),
+             lambda o: AdaEDLRule(_schedule(o, "adaedl")), judges_q=True, initial_lam=0.5,
+             help="stop when 1 − √(γ·entropy) < λ; λ follows the running acceptance"),
+]}
+
+
+# ---------------------------------------------------------------- drafters
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str
+    family: Family  # CHAIN or TREE
+    label: str  # for tables and traces
+    fields: tuple[str, ...]  # the option fields it reads
+    build: Callable[[BuildContext], Drafter]
+    offers_q: bool = True  # False: it copies tokens (no draft distribution), so rules that judge q cannot steer it
+    uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
+    help: str = ""
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The draft-length rules that can steer it (a tree's shape sets its own depth: none)."""
+        if self.family == Family.TREE:
+            return ()
+        return tuple(name for name, rule in RULES.items() if self.offers_q or not rule.judges_q)
+
+
+def _layer_skip(ctx: BuildContext) -> Drafter:
+    skip = ctx.options.skip_layers
+    try:
+        return LayerSkipDrafter(ctx.runner, list(skip) if skip is not None else None)
+    except ValueError as err:  # a layer index the target does not have
+        raise OptionsError(str(err)) from None
+
+
+def _tree(ctx: BuildContext) -> Drafter:
+    """A tree grown by the pair's draft model, or by an EAGLE head reading the target's features."""
+    options = ctx.options
+    if options.eagle_head is not None:
+        return EagleTreeDrafter(_eagle_head(options, ctx.target), tree_shape(options), name=f"{options.drafter}-head")
+    return DynamicTreeDrafter(ctx.draft.model, tree_shape(options), name=options.drafter)
+
+
+def _grown_by_draft_model(options: "DecodeOptions") -> bool:
+    return options.eagle_head is None
+
+
+_TREE_FIELDS = ("draft_model", "eagle_head")
+DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
+    DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
+                lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
+                help="a smaller model of the same family"),
+    DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
+                lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
+                help="copy what followed the same n-gram earlier in the text"),
+    DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
+                help="the target itself with some layers skipped"),
+    DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
+                uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)"),
+    DrafterSpec("eagle2", Family.TREE, "EAGLE-2", _TREE_FIELDS + ("tree_k", "tree_depth", "tree_m"), _tree,
+                uses_draft_model=_grown_by_draft_model,
+                help="a tree of drafts grown by confidence (EAGLE-2), verified in one forward"),
+    DrafterSpec("ddd", Family.TREE, "DDD",
+                _TREE_FIELDS + ("tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width"), _tree,
+                uses_draft_model=_grown_by_draft_model,
+                help="EAGLE-2 that stops growing when the tree's confidence falls (Dynamic Depth Decoding)"),
+]}
+
+
+# ---------------------------------------------------------------- methods
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    family: Family  # CHAIN: one sequence (decoders/loop.py; its drafter may grow trees); BEAM: decoders/beams
+    fields: tuple[str, ...]  # the option fields it reads beyond the ones every run reads
+    uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
+    help: str = ""
+
+
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in [
+    MethodSpec("baseline", Family.CHAIN, (), help="one target forward per token"),
+    MethodSpec("speculative", Family.CHAIN, ("drafter",),
+               uses_draft_model=lambda options: DRAFTERS[options.drafter].uses_draft_model(options),
+               help="a drafter proposes, the target verifies (decoders/verify.py)"),
+    MethodSpec("beam-search", Family.BEAM, ("width", "length_penalty", "early_stopping"),
+               help="the width best beams, deterministically"),
+    MethodSpec("beam-sampling", Family.BEAM, ("width",), help="width beams drawn at random"),
+    MethodSpec("dsbd", Family.BEAM, ("width", "min_width", "thres", "gamma", "one_input_beam", "draft_model"),
+               uses_draft_model=lambda options: True,
+               help="speculative beam decoding: a draft forest verified by the target, with a dynamic width"),
+]}
+
+
+def method(name: str) -> MethodSpec:
+    return _lookup(METHODS, name, "method")
+
+
+def drafter(name: str) -> DrafterSpec:
+    return _lookup(DRAFTERS, name, "drafter")
+
+
+def rule(name: str) -> RuleSpec:
+    return _lookup(RULES, name, "draft-length rule")
+
+
+def names(table: dict, family: Family | None = None) -> tuple[str, ...]:
+    return tuple(name for name, spec in table.items() if family is None or spec.family == family)
+
+
+def uses_draft_model(options: "DecodeOptions") -> bool:
+    """Does this run load a draft model (the draft-model drafter, a tree grown by it, DSBD)?"""
+    return method(options.method).uses_draft_model(options)
+
+
+def is_tree(options: "DecodeOptions") -> bool:
+    return options.method == "speculative" and drafter(options.drafter).family == Family.TREE
+
+
+def build_drafter(ctx: BuildContext) -> Drafter:
+    if ctx.options.method == "baseline":
+        return NoDraft()
+    return drafter(ctx.options.drafter).build(ctx)
+
+
+def build_rule(options: "DecodeOptions") -> DraftRule | None:
+    """The baseline has no rule; a tree's shape sets its depth, so it gets a static rule of that many steps."""
+    if options.method != "speculative":
+        return None
+    if is_tree(options):
+        return StaticRule(tree_shape(options).steps)
+    return rule(options.rule).build(options)
+
+
+def label(options: "DecodeOptions") -> str:
+    """The chain and tree methods' human label (beam methods: decoders/beams/run.py)."""
+    if options.method == "baseline":
+        return "autoregressive baseline"
+    spec = drafter(options.drafter)
+    if spec.family == Family.TREE:
+        shape = tree_shape(options)
+        grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
+        detail = {"eagle1": f"({shape.m} nodes, depth {shape.steps})",
+                  "ddd": f"(K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"}.get(
+            spec.name, f"(K={shape.k}, D={shape.steps}, M={shape.m})")
+        return f"speculative · {grower} tree · {spec.label} {detail}"
+    return f"speculative · {spec.label} · {rule(options.rule).label(options)}"
+
+
+def tree_shape(options: "DecodeOptions") -> TreeShape:
+    """EAGLE-1's static paths, EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
+    if options.drafter == "eagle1":
+        return TreeShape.static(options.tree_paths or STATIC_TREE)
+    if options.drafter == "ddd":
+        return TreeShape.ddd(k=options.tree_k, m=options.tree_m, checks=options.ddd_checks, threshold=options.ddd_x,
+                             steps=options.ddd_steps, width=options.ddd_width)
+    return TreeShape(k=options.tree_k, steps=options.tree_depth, m=options.tree_m)
+
+
+def _eagle_head(options: "DecodeOptions", target):
+    """The EAGLE head a tree drafter grows from: a folder or hub id, or "auto" (shipped or trained for the target)."""
+    from .eagle.official import EagleHeadError, load_official, locate_head
+
+    try:
+        source = locate_head(options.model) if options.eagle_head == "auto" else options.eagle_head
+        return load_official(source, target.model)
+    except EagleHeadError as err:
+        raise OptionsError(str(err)) from None
+
+
+def _lookup(table: dict, name: str, what: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise OptionsError(f"unknown {what} {name!r}; choose one of: {', '.join(table)}") from None

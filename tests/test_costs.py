@@ -1,0 +1,71 @@
+"""The per-machine cost model (decoders/costs.py): measured once, cached, never running backwards."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from decoders import costs
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_monotone_pools_adjacent_violators():
+    assert costs.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert costs.monotone([5.0, 1.0, 1.0]) == [7 / 3] * 3
+    values = [1.0, 1.1, 1.05, 1.3, 1.2, 1.25, 2.0]
+    fitted = costs.monotone(values)
+    assert all(a <= b for a, b in zip(fitted, fitted[1:]))
+    assert sum(fitted) == pytest.approx(sum(values))  # least squares keeps the mean of each pooled block
+
+
+def test_smooth_starts_at_one_and_never_runs_backwards():
+    """The committed Qwen curve once had t(2) = 1.11 > t(3) = 1.01: the smoothed curve cannot."""
+    seconds = {1: 0.80, 2: 0.89, 3: 0.81, 4: 0.95, 8: 1.30, 16: 1.20, 32: 2.5}
+    curve = costs.smooth(seconds)
+    values = [curve[n] for n in sorted(curve)]
+    assert values[0] == 1.0 and all(a <= b for a, b in zip(values, values[1:]))
+    assert curve[3] == curve[2] and curve[16] == curve[8]
+
+
+def test_interpolate_between_and_beyond():
+    curve = {1: 1.0, 4: 1.3, 8: 2.1}
+    assert costs.interpolate(curve, 1) == 1.0
+    assert costs.interpolate(curve, 2) == pytest.approx(1.1)
+    assert costs.interpolate(curve, 12) == pytest.approx(2.9)  # the last segment's slope, 0.2 per token
+
+
+def test_branching_tree_branches():
+    tree = costs.branching_tree(5, 6, vocab=64)
+    assert tree.size == 7 and not tree.is_chain() and tree.parents[:4] == [-1, 0, 0, 1]
+
+
+def test_measure_is_cached_per_dtype_and_refreshed_on_demand(tiny, cache):
+    first = costs.measure(tiny, ns=(1, 2, 4), repeats=2)
+    assert first.chain[1] == 1.0 and set(first.chain) == set(first.tree) == {1, 2, 4}
+    assert first.step_seconds > 0 and first.draft_step_seconds > 0 and first.repeats == 2
+    again = costs.measure(tiny, ns=(1, 2, 4), repeats=2)
+    assert again == first  # read back, not re-timed (the timings would differ)
+    fresh = costs.measure(tiny, ns=(1, 2, 4), repeats=2, refresh=True)
+    assert fresh.measured_at >= first.measured_at and fresh.raw_chain != first.raw_chain or fresh.spread != first.spread
+    half = copy.deepcopy(tiny)
+    half.model = half.model.to(torch.bfloat16)
+    other = costs.measure(half, ns=(1, 2), repeats=1)
+    assert other.dtype == "bfloat16" and costs.cached(tiny.name, "float32", "stock") is not None
+
+
+def test_format_speedup_needs_both_measurements(tiny, cache):
+    assert costs.format_speedup(tiny.name, "bfloat16") is None  # nothing measured: no claim
+    costs.measure(tiny, ns=(1, 2), repeats=1)
+    assert costs.format_speedup(tiny.name, "bfloat16") is None  # float32 alone: still no claim
+    half = copy.deepcopy(tiny)
+    half.model = half.model.to(torch.bfloat16)
+    costs.measure(half, ns=(1, 2), repeats=1)
+    ratio = costs.format_speedup(tiny.name, "bfloat16")
+    expected = costs.cached(tiny.name, "float32", "stock").step_seconds / costs.cached(tiny.name, "bfloat16").step_seconds
+    assert ratio == pytest.approx(expected)
