@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default=defaults.device, help="auto | cpu | cuda")
     run.add_argument("--no-record", action="store_true", help="keep counters only (tokens are identical)")
     run.add_argument("--trace", type=Path, default=None, help="write the trace JSON here")
+    run.add_argument("--compare-baseline", action="store_true", help="also decode the baseline and print one line: "
+                     "same as baseline, or where it differs and whether that is rounding or a mismatch")
     return parser
 
 
@@ -101,6 +103,19 @@ def summary_line(trace: Trace) -> str:
             f"dtype={trace.models['target']['dtype']}")
 
 
+def baseline_line(trace: Trace) -> str:
+    """decoders/compare.py's one line, with the two differing tokens' text."""
+    from .compare import Comparison
+
+    check = Comparison(**trace.baseline_check)
+    if check.position is None or not trace.models.get("target"):
+        return check.line()
+    from .models import load_tokenizer
+
+    decode = load_tokenizer(trace.models["target"]["name"]).tokenizer.decode
+    return check.line((decode([check.baseline_token]), decode([check.run_token])))
+
+
 def list_models() -> None:
     from .models import describe_models
 
@@ -119,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
             list_models()
             return 0
         options = options_from(args).validate()
-        trace = generate(options, args.prompt)
+        trace = generate(options, args.prompt, compare_baseline=args.compare_baseline)
     except (OptionsError, ModelError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(trace.output_text)
     print(summary_line(trace))
+    if trace.baseline_check is not None:
+        print(baseline_line(trace))
+        if trace.baseline_check["kind"] == "mismatch":
+            return 1  # a real disagreement with the baseline is a bug, not a result
     if args.trace:
         args.trace.write_text(trace.to_json(indent=1), encoding="utf-8")
         print(f"trace written to {args.trace}")

@@ -11,12 +11,14 @@ decoders/models.py unless passed in (tests pass tiny random-init models).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Iterator, Protocol
 
 import torch
 
 from . import kernels
 from .beams import run as beam_run
+from .compare import compare
 from . import registry
 from .loop import run_rounds
 from .options import DecodeOptions, OptionsError
@@ -73,13 +75,20 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
 
 
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
-             draft: LanguageModel | None = None) -> Trace:
-    """Blocking call: drain `stream` and return the finished trace."""
+             draft: LanguageModel | None = None, compare_baseline: bool = False) -> Trace:
+    """Blocking call: drain `stream` and return the finished trace. compare_baseline=True also decodes the baseline
+    on the same prompt, model and dtype and puts decoders/compare.py's verdict in trace.baseline_check."""
+    if compare_baseline and registry.method(options.validate().method).family == Family.BEAM:
+        raise OptionsError(f"{options.method} searches for another output than greedy decoding by design, so it has "
+                           "no token-for-token baseline check; compare_baseline applies to chain and tree methods")
     trace = None
     for trace in stream(options, prompt, target, draft):
         pass
     if trace is None:  # unreachable: every run has at least one round
         raise RuntimeError("the decoder produced no round")
+    if compare_baseline:
+        baseline = generate(replace(options, method="baseline", record=False), prompt, target)
+        trace.baseline_check = compare(trace, baseline).to_dict()
     return trace
 
 

@@ -73,7 +73,7 @@ class TraceBuilder:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
         self.trace.rounds.append(rnd)
-        self._add_tokens(committed, provenance, index)
+        self._add_tokens(committed, provenance, index, _top2(logits, ([0] + verdict.path)[:len(committed)]))
         return rnd
 
     def _search(self, search: dict | None) -> dict | None:
@@ -82,11 +82,11 @@ class TraceBuilder:
             return search
         return {**search, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
 
-    def _add_tokens(self, committed: list[int], provenance: list[str], index: int) -> None:
-        for token, source in zip(committed, provenance):
+    def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top2: list[list]) -> None:
+        for token, source, best in zip(committed, provenance, top2):
             self.trace.output_ids.append(token)
             text = self.detok.push(token) if self.record else ""
-            self.trace.tokens.append(TokenRecord(token, text, source, index))
+            self.trace.tokens.append(TokenRecord(token, text, source, index, best))
             self.trace.output_text += text
 
     def _nodes(self, proposal: Proposal, verdict: Verdict, logits: torch.Tensor,
@@ -115,3 +115,11 @@ class TraceBuilder:
             self.trace.output_text += tail
         self.trace.totals = summarize(self.trace)
         return self.trace
+
+
+def _top2(logits: torch.Tensor, rows: list[int]) -> list[list]:
+    """Per committed token, the two best [id, logit] of the target row that decided it (row i predicts after node
+    i: the root's row decides the first token, each accepted node's row the next). Cheap: top-2 of a few rows."""
+    values, ids = logits[rows].float().topk(2, dim=-1)  # (k, 2), (k, 2)
+    return [[[int(i), float(v)] for i, v in zip(row_ids, row_values)] for row_ids, row_values in
+            zip(ids.tolist(), values.tolist())]

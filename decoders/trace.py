@@ -11,11 +11,16 @@ Trace
   precision       str        what the dtype means for losslessness
   prompt, prompt_ids         the text and the token ids the target saw (chat template applied if chat=True)
   output_ids, output_text    generated tokens only; output_text == "".join(t.text for t in tokens)
-  tokens          [TokenRecord]  per output token: id, text, provenance, round
+  tokens          [TokenRecord]  per output token: id, text, provenance, round, top2 (the raw target logits' two
+                             best [id, logit] pairs in the row that decided this token; kept with recording off,
+                             absent in older traces): what decoders/compare.py reads to tell rounding from a bug
   rounds          [RoundRecord]  one per target verification forward
   stop_reason     str        "eos" | "max_new_tokens" | "cancelled" | "context" | "" (still running)
   prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
   totals          dict       decoders/stats.py: summarize()
+  baseline_check  dict | None  decoders/compare.py: this run against the baseline's on the same prompt, when asked
+                             for (API compare_baseline=True, CLI --compare-baseline, the Race): same, position,
+                             kind ("rounding" | "mismatch" | "sampled" | "prefix"), the tokens and gaps, a line
 
 Provenance of an output token: "accepted" (a draft token the target accepted), "resampled" (drawn from the
 residual norm(max(p - q, 0)) after a rejection), "bonus" (drawn from p after every draft on the path was
@@ -96,6 +101,7 @@ class TokenRecord:
     text: str
     provenance: str
     round: int
+    top2: list | None = None  # [[id, logit], [id, logit]]: the two best tokens of the target row that decided it
 
 
 @dataclass
@@ -133,6 +139,7 @@ class Trace(JsonTrace):
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     totals: dict = field(default_factory=dict)
+    baseline_check: dict | None = None
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

@@ -13,6 +13,7 @@ import html
 import plotly.graph_objects as go
 
 from decoders.beams.trace import BeamTrace
+from decoders.compare import compare
 from decoders.options import BEAM_METHODS, TREE_DRAFTERS
 from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
@@ -49,6 +50,7 @@ def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
             "tree": tree, "draft_steps": steps, "peak_kv_bytes": t.get("peak_kv_bytes"),
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
+            "check": compare(trace, baseline).to_dict() if baseline is not None and trace is not baseline else None,
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
 
 
@@ -74,9 +76,42 @@ HEADERS = [
     ("c", "draft seconds per draft forward ÷ baseline target seconds per target forward"),
     ("KV memory", "the most key/value cache the run held: the target's peak plus the draft's (beams: every beam's "
                   "row), measured from the cache tensors"),
-    ("same as baseline", "whether the output tokens equal the baseline's; at temperature 0 they must "
-                         "(bfloat16 can drift on near-ties)"),
+    ("same as baseline", "whether the output tokens equal the baseline's. At temperature 0 they must, up to "
+                         "rounding: where the baseline's two best tokens nearly tie, a verification forward over "
+                         "several tokens (summing in another order than one-token steps) can rank them the other "
+                         "way. Each difference is classified from the logits: rounding (a near-tie the number "
+                         "format cannot resolve) or mismatch (a real disagreement: a bug)"),
 ]
+ROUNDING_HELP = ("The baseline's two best tokens were {gap:.3g} apart in the logits here. A verification forward "
+                 "scores several tokens at once and sums in another order than the baseline's one-token steps; in "
+                 "{dtype} the two differ by up to ~{resolution:g}, so it ranked the pair the other way. Both "
+                 "continuations are the target's own choice at that point; from there the texts go different ways.")
+
+
+def same_cell(row: dict) -> tuple[str, str, str]:
+    """(text, hover, css class) of the 'same as baseline' cell, from decoders/compare.py's verdict."""
+    if row["method"] == "baseline":
+        return "—", "", ""
+    if row["method"] in BEAM_METHODS:
+        return "n/a (searches for another output)", "beam methods keep several candidates and return the best; " \
+            "they are not meant to equal greedy decoding", ""
+    check = row.get("check") or {}
+    kind = check.get("kind")
+    if kind in ("same", "prefix"):
+        return "yes", "every output token equals the baseline's", "sl-same"
+    if kind == "sampled":
+        return "n/a (sampling)", "at temperature > 0 each run follows its own random draws; sampling is lossless " \
+            "in distribution (a chi-square test in the test suite), not token for token", ""
+    if kind == "rounding":
+        return (f"no: rounding at token {check['position'] + 1} (top-2 gap {check['gap']:.2g}, {check['dtype']})",
+                ROUNDING_HELP.format(**check), "sl-rounding")
+    if kind == "mismatch":
+        return (f"MISMATCH at token {check['position'] + 1}", f"a real disagreement with the baseline: "
+                f"{check.get('reason', '')}. This is a bug; please report it with the trace", "sl-mismatch")
+    if kind == "unclassified":
+        return f"no: differs at token {check['position'] + 1}", "this trace has no logits recorded (it predates " \
+            "SpecLab's rounding check), so the difference cannot be classified", ""
+    return ("yes" if row.get("identical") else "no"), "", ""
 
 
 def race_table_html(rows: list[dict]) -> str:
@@ -86,16 +121,15 @@ def race_table_html(rows: list[dict]) -> str:
                    for n, h in HEADERS)
     body = []
     for row in rows:
-        same = "—" if row["method"] == "baseline" else "n/a (searches for another output)" \
-            if row["method"] in BEAM_METHODS else ("yes" if row["identical"] else
-                                                        "no" if row["greedy"] else "no (sampling)")
+        same, hover, css = same_cell(row)
         speed = _f(row["tokens_per_second"], "{:.1f}")
         if row.get("spread"):
             speed += " ({:.1f}–{:.1f})".format(*row["spread"])
         cells = [row["label"], speed, _f(row["speedup"], "{:.2f}×"),
                  _f(row["tau"]), _f(row["acceptance_rate"], "{:.0%}"),
-                 _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), memory_text(row.get("peak_kv_bytes")), same]
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+                 _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), memory_text(row.get("peak_kv_bytes"))]
+        last = f'<td class="{css}" title="{html.escape(hover, quote=True)}">{html.escape(same)}</td>'
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + last + "</tr>")
     return (f'<div class="sl-race-wrap"><table class="sl-race"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
@@ -180,4 +214,6 @@ RACE_CSS = """
                            text-align: left; }
 .sl-race th { cursor: help; }
 .sl-race-wrap { overflow-x: auto; max-width: 100%; }
+.sl-race td.sl-rounding { cursor: help; text-decoration: underline dotted; }
+.sl-race td.sl-mismatch { color: #b00020; font-weight: 600; cursor: help; }
 """

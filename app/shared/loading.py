@@ -1,11 +1,14 @@
 """Loading the models a run needs, for every tab: progress messages placed on a bar, errors the page can show."""
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from decoders.api import draft_for
 from decoders.options import DecodeOptions
 from decoders.trace import Trace
+
+from app.shared.decode_slot import DECODE_SLOT
 
 # Where each loading step sits on the progress bar, for loaders that report messages without a fraction. The
 # one-time conversion dominates a first load; a cached load is the "loading from cache" step alone.
@@ -55,6 +58,21 @@ def load_models(options: DecodeOptions, report=None) -> tuple[object, object | N
     name = draft_name(options)
     draft = load(name, options, report) if name else None
     return target, draft
+
+
+@contextlib.contextmanager
+def loaded(*runs: DecodeOptions, report=None):
+    """Load every model these runs need inside the decode slot, then keep them held until the block ends.
+
+    Inside the slot: a load is a minute of CPU work on a first conversion, and it must not run while another tab's
+    race is being timed. Held afterwards: nothing can evict them (decoders/residency.py) between this load and the
+    decode that uses them, which takes the slot again for itself."""
+    with DECODE_SLOT.hold():
+        pairs = [load_models(options, report) for options in runs]
+    with contextlib.ExitStack() as holding:
+        for target, draft in pairs:
+            holding.enter_context(_models_module().hold(target, draft))
+        yield pairs
 
 
 def dtype_line(trace: Trace, why: bool = False) -> str:

@@ -16,7 +16,7 @@ from decoders.trace import Trace, TraceError
 from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.hosting import check_model_allowed, gpu
-from app.shared.loading import dtype_line, load_models, model_error_types
+from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import RunSession
 from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
@@ -180,13 +180,13 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
         prompt = str(controls.get("prompt") or "")
         if not prompt.strip():
             raise OptionsError("the prompt is empty; type something for the model to continue, or pick an example")
-        yield {"status": f"Loading {options.model}…", "error": ""}
-        target, _ = load_models(options, lambda fraction, message: progress(fraction, desc=message))
-        n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
-        yield {"status": f"Processing the prompt ({n_prompt} tokens) with {options.model} "
-                         f"({_dtype_of(target)})… the first round follows."}
-        live = bool(controls.get("live", True))
-        yield from _decode(options, prompt, live, session)
+        yield {"status": f"Loading {options.model} (after any run in another tab)…", "error": ""}
+        with loaded(options, report=lambda fraction, message: progress(fraction, desc=message)) as [(target, _)]:
+            n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
+            yield {"status": f"Processing the prompt ({n_prompt} tokens) with {options.model} "
+                             f"({_dtype_of(target)})… the first round follows."}
+            live = bool(controls.get("live", True))
+            yield from _decode(options, prompt, live, session)
     except OptionsError as err:
         yield _error(str(err))
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:

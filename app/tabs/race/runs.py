@@ -19,7 +19,7 @@ from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
 from app.shared.hosting import gpu
-from app.shared.loading import dtype_line, load_models, model_error_types
+from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.tabs.generate.controls import DEFAULT_DRAFT
 from app.shared.hosting import check_model_allowed
 from app.figures.race import leviathan_figure, race_row, race_table_html, speed_figure
@@ -103,17 +103,18 @@ def _whole(value, default: int) -> int:
 
 @gpu(duration=240)
 def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
-    """Warm up and time each run in turn; yields each finished trace as a plain dict."""
+    """Warm up and time each run in turn, all inside one hold of the decode slot, so nothing else (another tab's
+    run, a transcription, a model load) shares the machine between the baseline and the methods it is compared
+    with; yields each finished trace as a plain dict (the median timed run)."""
     from decoders.api import generate
 
-
-    for data in options:
-        opts = DecodeOptions.from_dict(data)
-        target, draft = load_models(opts)
-        with DECODE_SLOT.hold():
+    with DECODE_SLOT.hold():
+        for data in options:
+            opts = DecodeOptions.from_dict(data)
+            target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
             generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)
             timed = [generate(opts, prompt, target, draft) for _ in range(TIMED_RUNS)]
-        yield median_run(timed).to_dict()
+            yield median_run(timed).to_dict()
 
 
 def median_run(traces: list[Trace]) -> Trace:
@@ -132,28 +133,43 @@ def race(*values, progress=gr.Progress()) -> Iterator[dict]:
         if not prompt.strip():
             raise OptionsError("the prompt is empty; type something for the model to continue, or pick an example")
         runs = race_options(controls)
-        yield {"race_status": "Loading models…", "race_error": ""}
-        for opts in runs:
-            load_models(opts, lambda f, m: progress(f, desc=m))
-        traces: list[Trace] = []
-        started = time.monotonic()
-        yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
-        for i, data in enumerate(race_runs([o.to_dict() for o in runs], prompt)):
-            traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
-            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
-                    for t in traces]
-            done = len(traces) == len(runs)
-            status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
-                f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \
-                f"{TIMED_RUNS} timed runs)…"
-            yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
-                   "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows)}
+        yield {"race_status": "Loading models (after any run in another tab)…", "race_error": ""}
+        with loaded(*runs, report=lambda f, m: progress(f, desc=m)):
+            yield from _raced(runs, prompt)
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
         yield _race_error(f"{type(err).__name__}: {err}")
     except Exception as err:  # never a traceback in the page
         yield _race_error(f"Unexpected error ({type(err).__name__}): {err}")
+
+
+def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
+    """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error."""
+    traces: list[Trace] = []
+    started = time.monotonic()
+    yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
+    for data in race_runs([o.to_dict() for o in runs], prompt):
+        traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
+        rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
+                for t in traces]
+        done = len(traces) == len(runs)
+        status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
+            f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \
+            f"{TIMED_RUNS} timed runs)…"
+        yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
+               "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
+               "race_error": _mismatch_error(rows)}
+
+
+def _mismatch_error(rows: list[dict]) -> str:
+    """A real disagreement with the baseline is a bug, not a result: say so above the table."""
+    bad = [row for row in rows if (row.get("check") or {}).get("kind") == "mismatch"]
+    if not bad:
+        return ""
+    return error_html("; ".join(f"{row['label']} disagrees with the baseline at token "
+                                f"{row['check']['position'] + 1}: {row['check']['reason']}" for row in bad) +
+                      ". This is a bug in the decoder, not rounding; please report it with the trace.")
 
 
 def _done_line(baseline: Trace, prompt: str, seconds: float) -> str:
