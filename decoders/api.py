@@ -65,8 +65,9 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
                                              beam_run.new_trace(options, models, prompt, prompt_ids))
             return
         runner = CachedModel(target.model)
-        drafter = registry.build_drafter(BuildContext(options, runner, target, draft))
-        rule = registry.build_rule(options)
+        context = BuildContext(options, runner, target, draft)
+        drafter = registry.build_drafter(context)
+        rule = registry.build_rule(options, registry.run_costs(context))
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
         generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
         warp = Warp(options.temperature, options.top_k, options.top_p)
