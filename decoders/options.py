@@ -192,7 +192,7 @@ class DecodeOptions:
                                f"{','.join(map(str, missing[0][:-1]))}; add it (every node's parent must be in the tree)")
 
     def fields_in_use(self) -> frozenset[str]:
-        return fields_in_use(self.method, self.drafter, self.rule, self.temperature)
+        return fields_in_use(self.method, self.drafter, self.rule, self.temperature, self.controller)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -215,8 +215,9 @@ def initial_lam(rule: str) -> float | None:
     return spec.initial_lam if spec is not None else None
 
 
-def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> frozenset[str]:
-    """The fields that change a run with these choices; the others are ignored, so the UI hides them."""
+def fields_in_use(method: str, drafter: str, rule: str, temperature: float, controller: str = "off") -> frozenset[str]:
+    """The fields that change a run with these choices; the others are ignored, so the UI hides them. The cost
+    controller picks a chain's cap each round, so γ and max_draft then change nothing."""
     used = set(_ALWAYS) | (set(_SAMPLING) if temperature > 0 else set())
     spec = registry.METHODS.get(method)
     used |= set(spec.fields) if spec is not None else set()
@@ -225,6 +226,8 @@ def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> f
         used |= set(drafter_spec.fields)
         if drafter_spec.family == Family.CHAIN:
             used |= {"rule", *(registry.RULES[rule].fields if rule in registry.RULES else ())}
+            if controller == "cost" and "controller" in used:
+                used -= {"gamma", "max_draft"}
     return frozenset(used)
 
 
