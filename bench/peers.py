@@ -109,15 +109,19 @@ def assistant_config(draft_model: torch.nn.Module, settings: dict):
 
 @torch.inference_mode()
 def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draft=None,
-             settings: dict | None = None) -> dict:
-    """One HF generate call. kind: "greedy" | "assisted" | "prompt-lookup". Returns the raw figures."""
+             settings: dict | None = None, temperature: float = 0.0, seed: int = 0) -> dict:
+    """One HF generate call. kind: "greedy" | "assisted" | "prompt-lookup" (greedy = plain decoding, sampled when
+    temperature > 0: transformers' assisted generation then verifies by speculative sampling). Raw figures back."""
     model = target.model
     device = next(model.parameters()).device
     ids = torch.tensor([prompt_ids], device=device)  # (1, P)
     eos = list(target.eos_token_ids) or None
+    sampled = temperature > 0
     kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                  do_sample=False, temperature=None, top_p=None, top_k=None, num_beams=1,
-                  eos_token_id=eos, pad_token_id=(eos[0] if eos else 0))
+                  do_sample=sampled, temperature=temperature if sampled else None, top_p=None, top_k=None,
+                  num_beams=1, eos_token_id=eos, pad_token_id=(eos[0] if eos else 0))
+    if sampled:
+        torch.manual_seed(seed)  # transformers draws from the global generator
     assisted = {}
     if kind == "assisted":
         if draft is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -66,10 +65,10 @@ def ours(key: str, label: str, kind: str, record: bool = True, temperature: floa
                   peer_stock=peer_stock)
 
 
-def hf(key: str, label: str, kind: str, kernels: str = "stock", **settings) -> Method:
+def hf(key: str, label: str, kind: str, kernels: str = "stock", temperature: float = 0.0, **settings) -> Method:
     """An HF peer; `settings` go to generate (bench/peers.py). kernels "stock" = transformers as users run it,
     "packed" = on SpecLab's kernels, the equal-terms comparison."""
-    return Method(key, label, "hf", kind, dict(settings), True, 0.0, None, kernels=kernels)
+    return Method(key, label, "hf", kind, dict(settings), True, temperature, None, kernels=kernels)
 
 
 HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup"}
@@ -85,55 +84,23 @@ class Prompt:
 
 # --- one run ---------------------------------------------------------------------------------------------------
 
-class RecorderTimer:
-    """Wall time spent inside TraceBuilder.add_round / finish (the recorder's own work), per run."""
-
-    def __init__(self):
-        self.seconds = 0.0
-
-    @contextmanager
-    def patch(self):
-        from decoders import recorder
-
-        cls = recorder.TraceBuilder
-        originals = {name: getattr(cls, name) for name in ("add_round", "finish")}
-        timer = self
-
-        def wrap(fn):
-            def timed(*args, **kwargs):
-                t0 = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    timer.seconds += time.perf_counter() - t0
-            return timed
-
-        try:
-            for name, fn in originals.items():
-                setattr(cls, name, wrap(fn))
-            yield self
-        finally:
-            for name, fn in originals.items():
-                setattr(cls, name, fn)
-
-
 def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=None, seed: int = 0) -> dict:
     from decoders import DecodeOptions, stream
 
     options = DecodeOptions(model=getattr(target, "name", "target"), max_new_tokens=max_new_tokens,
                             record=method.record, temperature=method.temperature, seed=seed, **method.options)
-    timer = RecorderTimer()
-    with timer.patch():
-        start = time.perf_counter()
-        first_time, first_tokens, trace = None, 0, None
-        for trace in stream(options, prompt.ids, target=target, draft=draft if method.needs_draft else None):
-            if first_time is None:
-                first_time, first_tokens = time.perf_counter(), len(trace.output_ids)
-        end = time.perf_counter()
+    start = time.perf_counter()
+    trace = None
+    for trace in stream(options, prompt.ids, target=target, draft=draft if method.needs_draft else None):
+        pass
+    end = time.perf_counter()
     totals = trace.totals
     forwards = forwards_with_prefill(totals["target_forwards"], len(prompt.ids))
+    # The clock's steady reading (decoders/clock.py), the one transformers' side is read with too (bench/peers.py).
+    first_tokens = len(trace.rounds[0].committed) if trace.rounds else 0
     decode_tokens = len(trace.output_ids) - first_tokens
-    decode_seconds = end - (first_time or end)
+    steady = totals.get("steady_tokens_per_second")
+    decode_seconds = decode_tokens / steady if steady else 0.0
     return {
         "output_ids": list(trace.output_ids),
         "n_tokens": len(trace.output_ids),
@@ -153,7 +120,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "acceptance_rate": totals["acceptance_rate"],
         "phase_seconds": totals["seconds"],
         "peak_kv_bytes": totals.get("peak_kv_bytes"),
-        "recorder_seconds": timer.seconds,
+        "recorder_seconds": totals.get("record_seconds"),
         "stop_reason": trace.stop_reason,
         "rounds_first_tokens": first_tokens,
     }
@@ -173,7 +140,8 @@ def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, s
     if method.family == "ours":
         result = run_ours(method, target, prompt, max_new_tokens, draft, seed)
     else:
-        result = peers.run_peer(HF_KIND[method.kind], target, prompt.ids, max_new_tokens, draft, method.options)
+        result = peers.run_peer(HF_KIND[method.kind], target, prompt.ids, max_new_tokens, draft, method.options,
+                                method.temperature, seed)
     result.update({"method": method.key, "family": method.family, "label": method.label, "kind": method.kind,
                    "record": method.record, "temperature": method.temperature, "seed": seed,
                    "prompt": prompt.id, "prompt_kind": prompt.kind, "prompt_tokens": len(prompt.ids)})

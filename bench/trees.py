@@ -5,10 +5,10 @@
 
 Every method runs on every prompt in every repetition, interleaved (bench/runner.py); speed-ups are per-repetition
 ratios against the baseline of the same prompt and repetition. EAGLE's static tree runs with SpecLab's 24-node
-shape; EAGLE-2 and DDD run twice: with the papers' shape
-(EAGLE-2: K 10, D 6, M 59; DDD: S 5,7,9, x −0.3, n 11, w 10, M 59) and with a CPU-sized one (EAGLE-2: the (K, D, M)
-bench/tree_size.py picked for the grower; DDD: K 4, M 16), because on a CPU verifying n tokens costs more than one
-(t(n) grows) while the papers measured on GPUs where t(60) ≈ t(1).
+shape; EAGLE-2 and DDD run with the papers' shapes (EAGLE-2: K 10, D 6, M 59; DDD: S 5,7,9, x −0.3, n 11, w 10,
+M 59), and EAGLE-2 also under the cost-aware draft controller (decoders/controller.py: it grows up to K 4, D 8 and
+sends up to M 32, as far as this machine's measured t(n) and the frontier's values say it pays), because on a CPU
+verifying n tokens costs more than one (t(n) grows) while the papers measured on GPUs where t(60) ≈ t(1).
 Writes bench/results/trees-<target>.{json,md}.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from decoders.drafters.tree_draft import CPU_SHAPES
+from decoders.controller import TREE_BOUNDS
 
 from . import report
 from .__main__ import load_prompts
@@ -32,6 +32,7 @@ from .tuning import hf_assisted
 RESULTS = Path(__file__).resolve().parent / "results"
 PAPER_EAGLE2 = dict(tree_k=10, tree_depth=6, tree_m=59)
 PAPER_DDD = dict(tree_k=10, tree_m=59)  # S, x, n, w: DecodeOptions' defaults are the DDD paper's
+CONTROLLED_TREE = dict(**TREE_BOUNDS, controller="cost")  # the Race's cost-aware tree preset
 # HF assisted generation as the full pair run tuned it (bench/results/pair.md, on prompts it did not score).
 HF_ASSISTED = dict(num_assistant_tokens=10, assistant_confidence_threshold=0.6,
                    num_assistant_tokens_schedule="heuristic")
@@ -45,14 +46,12 @@ def methods_for(grown_by_head: bool) -> list[Method]:
     chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
         else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
     peers = [] if grown_by_head else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed")]
-    k, depth, m = CPU_SHAPES[grower]
     return [ours("ours/baseline", "baseline", "baseline"), chain, *peers,
             ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
-            ours("ours/eagle2-cpu", f"EAGLE-2 · {grower} · K{k} D{depth} M{m} (picked for CPU)", "eagle2", **head,
-                 tree_k=k, tree_depth=depth, tree_m=m),
-            ours("ours/ddd-paper", f"DDD · {grower} · M59, S 5,7,9, x −0.3 (paper)", "ddd", **head, **PAPER_DDD),
-            ours("ours/ddd-cpu", f"DDD · {grower} · K4 M16", "ddd", **head, tree_k=4, tree_m=16)]
+            ours("ours/eagle2-cost", f"EAGLE-2 · {grower} · cost-aware (K4, up to D8 M32)", "eagle2", **head,
+                 **CONTROLLED_TREE),
+            ours("ours/ddd-paper", f"DDD · {grower} · M59, S 5,7,9, x −0.3 (paper)", "ddd", **head, **PAPER_DDD)]
 
 
 def summarize(records: list[dict], methods: list[Method]) -> list[dict]:

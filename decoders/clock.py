@@ -10,9 +10,13 @@ What "decode time" includes, for every method (chain, tree, beam, and transforme
   (the app drawing it, a slow client): that time is paused;
 - on CUDA every reading synchronizes first, so GPU work is counted where it happens.
 
-tokens/s = generated tokens / decode time. SpecLab's prefill reads the prompt minus its last token, so the first
-round also makes the first token; transformers' prefill reads the whole prompt and makes the first token itself,
-so bench counts its tokens after the first (decode_tokens). Both are "tokens made after the prompt was read".
+Two readings of this one clock, each used for every row of a table:
+- decode tokens/s = generated tokens / decode time (the app, the Race, the traces' totals "tokens_per_second").
+- steady tokens/s = tokens after the first round / (decode time − the first round's time): vLLM's convention of
+  time-to-first-token plus the rate after it. transformers' generate cannot be split at the end of prefill (its
+  first target forward reads the prompt together with the first drafts), so wherever SpecLab runs next to it (bench)
+  both sides use this reading: ours from the trace (decoders/stats.py "steady_tokens_per_second"), transformers'
+  from its streamer's first and last delivery (bench/peers.py).
 """
 from __future__ import annotations
 

@@ -30,6 +30,9 @@ from .rules import DraftRule
 from .stats import expected_tokens
 
 MAX_CAP = 32  # longest chain the controller considers (the verification curve is measured up to 64)
+# A controlled tree's bounds: it grows up to D steps of K children and sends up to M nodes, less wherever the frontier
+# or the verification cost says more would not pay (the Race's and bench's cost-aware tree presets use these).
+TREE_BOUNDS = dict(tree_k=4, tree_depth=8, tree_m=32)
 
 
 @dataclass

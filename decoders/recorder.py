@@ -1,6 +1,7 @@
 """Builds the trace while the loop runs. With record=False it keeps counters, ids and timings only."""
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import torch
@@ -52,10 +53,19 @@ class TraceBuilder:
         self.decode = decode
         self.record = record
         self.detok = Detokenizer(decode)
+        self.seconds = 0.0  # the recorder's own work (totals["record_seconds"]): what recording costs a run
 
-    def add_round(self, proposal: Proposal, verdict: Verdict, committed: list[int], logits: torch.Tensor,
-                  p: torch.Tensor | None, rule_after: dict, rule_name: str | None, limit: int,
-                  seconds: dict) -> RoundRecord:
+    def add_round(self, *args, **kwargs) -> RoundRecord:
+        """Append one round (see _add_round), timing the recorder's own work."""
+        start = time.perf_counter()
+        try:
+            return self._add_round(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _add_round(self, proposal: Proposal, verdict: Verdict, committed: list[int], logits: torch.Tensor,
+                   p: torch.Tensor | None, rule_after: dict, rule_name: str | None, limit: int,
+                   seconds: dict) -> RoundRecord:
         """Append one round; `p` is the warped target (None under greedy), logits (N+1, V) the raw target output."""
         index = len(self.trace.rounds)
         provenance = ["accepted"] * (len(committed) - 1) + [PROVENANCE_OF_SOURCE[verdict.source]]
@@ -106,6 +116,7 @@ class TraceBuilder:
         return nodes
 
     def finish(self, stop_reason: str) -> Trace:
+        start = time.perf_counter()
         self.trace.stop_reason = stop_reason
         if not self.record:
             self.trace.output_text = self.decode(self.trace.output_ids)
@@ -113,7 +124,8 @@ class TraceBuilder:
             tail = self.detok.flush()
             self.trace.tokens[-1].text += tail
             self.trace.output_text += tail
-        self.trace.totals = summarize(self.trace)
+        self.seconds += time.perf_counter() - start
+        self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds}
         return self.trace
 
 

@@ -30,10 +30,22 @@ def summarize(trace: Trace) -> dict:
         "per_position_acceptance": per_position_acceptance(trace),
         "accepted_histogram": accepted_histogram(trace),
         "tokens_per_second": tokens / trace.decode_seconds if trace.decode_seconds > 0 else None,
+        "steady_tokens_per_second": steady_rate(trace),
         "decode_seconds": trace.decode_seconds,
         "prefill_seconds": trace.prefill_seconds,
         "seconds": seconds,
     }
+
+
+def steady_rate(trace: Trace) -> float | None:
+    """Tokens after the first round per second after it (decoders/clock.py: the reading bench compares with
+    transformers, whose first forward fuses prefill and the first round). None for a one-round run."""
+    if len(trace.rounds) < 2:
+        return None
+    first = trace.rounds[0]
+    seconds = trace.decode_seconds - sum(first.seconds.get(k, 0.0) for k in ("draft", "verify", "bookkeeping"))
+    tokens = len(trace.output_ids) - len(first.committed)
+    return tokens / seconds if seconds > 0 and tokens > 0 else None
 
 
 def per_position_acceptance(trace: Trace) -> list[float]:

@@ -299,7 +299,7 @@ def test_race_bad_inputs():
 
 def test_race_runs_on_tiny_models(tiny_models):
     values = {"prompt": "abcabcabcabc", "model": "tiny", "dtype": "float32", "draft_model": handlers.DEFAULT_DRAFT,
-              "methods": ["prompt lookup · static γ=4", "draft model · AdaEDL"], "max_new_tokens": 16,
+              "methods": ["prompt lookup · static γ=4", "draft model · AdaEDL · cost-aware cap"], "max_new_tokens": 16,
               "temperature": 0.0, "seed": 0}
     results = list(race.race(*[values[n] for n in race.RACE_INPUTS], progress=lambda *a, **k: None))
     final = results[-1]
@@ -318,7 +318,7 @@ def race_tiny(methods: list[str], temperature: float = 0.0) -> dict:
 
 
 def test_race_runs_trees_losslessly_and_counts_their_draft_forwards(tiny_models):
-    final = race_tiny([race.EAGLE2_DRAFT, "DDD tree · draft model (M=16)"])
+    final = race_tiny(["EAGLE-2 tree · draft model · cost-aware", "DDD tree · draft model (paper: M59, checks at 5,7,9)"])
     assert not final.get("race_error")
     assert final["race_table"].count(">yes</td>") == 2  # greedy float32 trees equal the baseline
     assert final["race_verdicts"].count("draft forwards") == 2

@@ -30,10 +30,6 @@ from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal
 
-# EAGLE-2's (K, D, M) per grower as `python -m bench.tree_size` picked them for a 2-core CPU, float32
-# (bench/results/tree-size-<target>.md; tests/test_cpu_tree_shapes.py keeps the two in step). The papers' K 10, D 6,
-# M 59 assume a GPU, where verifying 60 tokens costs about one token's forward; here t(n) and every draft step cost.
-CPU_SHAPES = {"draft model": (1, 2, 2), "EAGLE head": (2, 1, 1)}
 # EAGLE-1 / Medusa style static tree: each path lists, per depth, the rank of the draft's candidate to take (0 = its
 # most likely token). Top-heavy like the trees those papers use: wide near the root, one deep chain of top-1 picks.
 # SpecLab's own 24-node choice, not a copy of either paper's tuned tree.

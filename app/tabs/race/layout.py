@@ -19,11 +19,13 @@ def build(c: dict) -> None:
                                    info="Draft-model methods and draft-model trees need a target with a draft "
                                         "pairing (qwen2.5-coder-1.5b) or a draft model chosen on the Generate tab; "
                                         "EAGLE-head trees need a head for the target (assets/eagle/README.md). "
-                                        "K D M = children per node, depth, draft nodes verified; 'picked for CPU' = "
-                                        "the shape python -m bench.tree_size measured fastest on a 2-core CPU (the "
-                                        "papers use K10 D6 M59 on a GPU).")
+                                        "cost-aware = each round drafts what this machine verifies profitably (its "
+                                        "measured t(n) and the running acceptance; the rule panel on the Generate "
+                                        "tab draws each choice). K D M = children per node, depth, draft nodes "
+                                        "verified; the papers' K10 D6 M59 assume a GPU.")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
-                                info="Tokens per run; every method runs twice (warm-up + timed).")
+                                info="Tokens per run; each method runs a short warm-up, then three timed runs "
+                                     "(the table shows the median and the range).")
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
     r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
          "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}

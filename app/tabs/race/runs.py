@@ -12,8 +12,8 @@ from typing import Iterator
 
 import gradio as gr
 
-from decoders.drafters.tree_draft import CPU_SHAPES
 from decoders.options import DecodeOptions, OptionsError
+from decoders.controller import TREE_BOUNDS
 from decoders.registry import uses_draft_model
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
@@ -35,33 +35,31 @@ WARMUP_TOKENS = 8
 TIMED_RUNS = 3  # the median of three, with its range, instead of one noisy figure
 
 
-def _cpu_tree(grower: str) -> tuple[str, dict]:
-    """EAGLE-2 at the shape bench/tree_size.py picked for this grower on a CPU: the preset's name and options."""
-    k, depth, m = CPU_SHAPES[grower]
-    return f"EAGLE-2 tree · {grower} (K{k} D{depth} M{m}, picked for CPU)", dict(tree_k=k, tree_depth=depth, tree_m=m)
-
-
-EAGLE2_DRAFT, _EAGLE2_DRAFT_SHAPE = _cpu_tree("draft model")
-EAGLE2_HEAD, _EAGLE2_HEAD_SHAPE = _cpu_tree("EAGLE head")
+COST_AWARE = dict(controller="cost")  # decoders/controller.py: each round drafts what this machine verifies profitably
+# The trees' bounds under the controller: it grows up to D steps of K children and sends up to M nodes, less where the
+# frontier or the verification cost says so. The papers' GPU shapes stay as named presets.
+CONTROLLED_TREE = dict(drafter="eagle2", **TREE_BOUNDS, **COST_AWARE)
 PRESETS = {
+    "prompt lookup · cost-aware length": dict(drafter="prompt-lookup", rule="static", **COST_AWARE),
     "prompt lookup · static γ=4": dict(drafter="prompt-lookup", rule="static", gamma=4),
     "prompt lookup · heuristic": dict(drafter="prompt-lookup", rule="heuristic", gamma=4),
+    "draft model · AdaEDL · cost-aware cap": dict(drafter="draft-model", rule="adaedl", **COST_AWARE),
     "draft model · static γ=4": dict(drafter="draft-model", rule="static", gamma=4),
-    "draft model · AdaEDL": dict(drafter="draft-model", rule="adaedl", max_draft=8),
+    "draft model · AdaEDL (L_max 8)": dict(drafter="draft-model", rule="adaedl", max_draft=8),
     "draft model · max-confidence": dict(drafter="draft-model", rule="max-confidence", max_draft=8),
+    "layer skip · AdaEDL · cost-aware cap": dict(drafter="layer-skip", rule="adaedl", **COST_AWARE),
     "layer skip · static γ=3": dict(drafter="layer-skip", rule="static", gamma=3),
-    "layer skip · AdaEDL": dict(drafter="layer-skip", rule="adaedl", max_draft=6),
-    # Trees on a CPU: smaller than the papers' GPU setting (K 10, D 6, M 59), since t(n) grows with n here.
-    EAGLE2_DRAFT: dict(drafter="eagle2", **_EAGLE2_DRAFT_SHAPE),
-    "DDD tree · draft model (M=16)": dict(drafter="ddd", tree_k=4, tree_m=16),
-    EAGLE2_HEAD: dict(drafter="eagle2", eagle_head="auto", **_EAGLE2_HEAD_SHAPE),
+    "EAGLE-2 tree · draft model · cost-aware": dict(CONTROLLED_TREE),
+    "EAGLE-2 tree · EAGLE head · cost-aware": dict(CONTROLLED_TREE, eagle_head="auto"),
+    "EAGLE-2 tree · draft model (paper: K10 D6 M59)": dict(drafter="eagle2", tree_k=10, tree_depth=6, tree_m=59),
+    "DDD tree · draft model (paper: M59, checks at 5,7,9)": dict(drafter="ddd"),
     "EAGLE static tree · EAGLE head (24 nodes)": dict(drafter="eagle1", eagle_head="auto"),
     # Beams search for a different output than greedy decoding: raced for their speed and KV memory, not equality.
     "beam search · width 4 (temperature 0)": dict(method="beam-search", width=4),
     "beam sampling · width 4 (temperature > 0)": dict(method="beam-sampling", width=4),
     "DSBD · width 4 (temperature > 0)": dict(method="dsbd", width=4, gamma=4),
 }
-DEFAULT_METHODS = ["prompt lookup · static γ=4", "layer skip · AdaEDL"]
+DEFAULT_METHODS = ["prompt lookup · cost-aware length", "prompt lookup · static γ=4"]
 
 
 def race_options(values: dict) -> list[DecodeOptions]:
