@@ -121,6 +121,8 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "phase_seconds": totals["seconds"],
         "peak_kv_bytes": totals.get("peak_kv_bytes"),
         "recorder_seconds": totals.get("record_seconds"),
+        "controller_caps": [rnd.rule["controller"]["cap"] for rnd in trace.rounds
+                            if rnd.rule and "controller" in rnd.rule],
         "stop_reason": trace.stop_reason,
         "rounds_first_tokens": first_tokens,
     }

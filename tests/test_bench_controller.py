@@ -1,0 +1,37 @@
+"""bench/controller.py on tiny models: SpecLab's arms run, equal the baseline at T 0, and the table reports the
+controller's caps next to the fixed presets (transformers' arms need real transformers weights: not run here)."""
+from __future__ import annotations
+
+import pytest
+
+from bench import controller
+from bench.runner import Prompt, run_suite
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def test_pair_arms_cover_the_issue_s_comparison():
+    keys = {m.key for m in controller.pair_methods({"num_assistant_tokens": 10, "assistant_confidence_threshold": 0.6,
+                                                    "num_assistant_tokens_schedule": "heuristic"}, 0.0)}
+    assert {"ours/chain-cost", "ours/tree-cost", "ours/adaedl-8", "ours/eagle2-paper", "hf/assisted-defaults",
+            "hf/assisted-tuned", "hf/prompt-lookup", "hf/greedy"} <= keys
+    sampled = controller.pair_methods(dict(controller.peers.ASSISTED_DEFAULTS), 1.0)
+    assert all(m.temperature == 1.0 for m in sampled) and all(m.key.endswith("@t1") for m in sampled)
+
+
+def test_speclab_arms_run_and_the_table_reads(tiny, drafts):
+    methods = [m for m in controller.pair_methods(dict(controller.peers.ASSISTED_DEFAULTS), 0.0) if m.family == "ours"]
+    prompts = [Prompt("a", "chat", "", [3, 9, 4, 1, 7]), Prompt("b", "code-writing", "", [10, 11, 12, 10, 11])]
+    records = run_suite(methods, {"target": tiny, "draft": drafts["noisy"]}, prompts, reps=1, max_new_tokens=12,
+                        log=lambda *a: None, warmup=False)
+    assert all(r["identical_to_baseline"] for r in records)
+    rows = controller.rows(records, methods)
+    chain = next(r for r in rows if r["method"] == "ours/chain-cost" and r["kind"] == "all")
+    assert chain["mean_cap"] is not None and chain["speedup"] is not None
+    curve = {"model": "tiny", "step_seconds": 0.01, "chain": {"2": 1.1, "4": 1.2}}
+    table = controller.markdown({"settings": {"target": "tiny", "machine": "test", "command": "x", "prompts": 2,
+                                              "reps": 1, "max_new_tokens": 12, "threads": 1, "minutes": 0.0},
+                                 "costs": {"target": curve}, "rows": rows,
+                                 "assisted_tuned": {"num_assistant_tokens": 20, "assistant_confidence_threshold": 0.4,
+                                                    "num_assistant_tokens_schedule": "constant"}})
+    assert "cost-aware cap (controller)" in table and "t(2) 1.10" in table
