@@ -56,7 +56,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
         holding.enter_context(_hold(target))  # before the draft loads: that load may evict to fit the budget
         prompt_ids = _prompt_ids(target, prompt, options)
         if uses_draft_model(options):
-            draft = draft or _load(draft_for(options), options)
+            draft = draft or _load_draft(draft_for(options), options)
             holding.enter_context(_hold(draft))
             _check_pair(target, draft)
         if registry.method(options.method).family == Family.BEAM:  # several beams: decoders/beams (its own live trace, schema 2)
@@ -134,10 +134,21 @@ def draft_for(options: DecodeOptions) -> str | None:
     return entry.default_draft
 
 
-def _load(name: str, options: DecodeOptions) -> LanguageModel:
+def _load(name: str, options: DecodeOptions, quant: str | None = None) -> LanguageModel:
     from . import models
 
-    return models.load_model(name, dtype=options.dtype, device=options.device)
+    return models.load_model(name, dtype=options.dtype, device=options.device, quant=quant)
+
+
+def _load_draft(name: str, options: DecodeOptions) -> LanguageModel:
+    """The draft, int8 where decoders/quantize.py says it pays (float32 CPU runs only: a bf16 run keeps its draft)."""
+    from . import models, quantize
+
+    device = models.resolve_device(options.device)
+    if models.resolve_dtype(options.dtype, device) != torch.float32:
+        return _load(name, options)
+    quant = quantize.resolve(options.draft_quant, name, device.type, lambda n, q: _load(n, options, q))
+    return _load(name, options, quant)
 
 
 def _hold(model: LanguageModel):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-PACKED, STOCK = "packed", "stock"
+PACKED, STOCK, INT8 = "packed", "stock", "int8"
 
 
 def packing_available(model: nn.Module) -> bool:
@@ -60,7 +60,30 @@ class PackedLinear(nn.Module):
 
 
 def kernels_of(model: nn.Module) -> str:
-    return PACKED if any(isinstance(m, PackedLinear) for m in model.modules()) else STOCK
+    if any(isinstance(m, PackedLinear) for m in model.modules()):
+        return PACKED
+    return INT8 if any(_is_int8(m) for m in model.modules()) else STOCK
+
+
+def quantize_int8(model: nn.Module) -> int:
+    """A draft's linears as int8 (per output channel) with activations quantized per call (fbgemm's VNNI kernels).
+
+    For drafts only: a draft's precision changes q, never the target's p, so verification stays exact while the
+    draft step gets cheaper where the CPU has int8 dot products (decoders/quantize.py decides where it pays).
+    Returns how many linears were converted."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    before = sum(isinstance(m, nn.Linear) for m in model.modules())
+    with warnings.catch_warnings():  # torch.ao's eager quantization announces its move to torchao: still supported
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+    return before - sum(type(m) is nn.Linear for m in model.modules())
+
+
+def _is_int8(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("torch.ao.nn.quantized")
 
 
 def pack(model: nn.Module) -> int:

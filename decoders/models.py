@@ -209,8 +209,11 @@ _COMPATIBLE: dict[tuple, str | None] = {}
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto",
-               progress: Progress | None = None) -> LoadedModel:
+               progress: Progress | None = None, quant: str | None = None) -> LoadedModel:
     """A registry name, a local model directory (or .gguf file), or a hub id; kept loaded while the budget allows.
+
+    quant="int8" (drafts only, CPU, float32): linears as int8 with per-call activation quantization
+    (decoders/kernels.py quantize_int8), kept as its own resident copy next to the float32 one.
 
     Loading past the memory budget first unloads the least recently used models that no running decode holds
     (see hold and decoders/residency.py); the progress callback says so, and says when a model loads again.
@@ -219,7 +222,11 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto",
     name = _canonical_name(name)  # first: a typo should not wait for anything
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
-    key = (name, dtype_name(target_dtype), str(target_device))
+    if quant not in (None, kernels.INT8):
+        raise ModelError(f"unknown quantization {quant!r}; use None or 'int8'")
+    if quant == kernels.INT8 and (target_device.type != "cpu" or target_dtype != torch.float32):
+        raise ModelError("int8 drafts run on the CPU from float32 weights; load with dtype float32 on the CPU")
+    key = (name, dtype_name(target_dtype), str(target_device)) + ((quant,) if quant else ())
     with _LOCK:
         loaded = _RESIDENT.get(key)
         if loaded is None:
@@ -227,14 +234,13 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto",
         return loaded
 
 
-def _load_within_budget(key: tuple[str, str, str], dtype: torch.dtype, device: torch.device,
-                        say: Progress) -> LoadedModel:
+def _load_within_budget(key: tuple, dtype: torch.dtype, device: torch.device, say: Progress) -> LoadedModel:
     name, budget = key[0], memory_budget_bytes(device)
     before = _RESIDENT.was_unloaded(key)
     if before is not None:
         say(f"loading {name} again (it was unloaded to stay within the {gb_text(budget)} memory budget)")
     _RESIDENT.make_room(device, before or _estimated_bytes(name, dtype), budget, say)  # before the peak, if known
-    loaded = _load(name, dtype, device, say)
+    loaded = _load(name, dtype, device, say, quant=key[3] if len(key) > 3 else None)
     nbytes = model_bytes(loaded.model)
     _RESIDENT.add(key, loaded, nbytes)
     _RESIDENT.make_room(device, 0, budget, say, keep=key)  # the exact size is known now
@@ -295,7 +301,7 @@ def _canonical_name(name: str) -> str:
                      "like 'Qwen/Qwen2.5-Coder-0.5B-Instruct' or a local model directory.")
 
 
-def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress) -> LoadedModel:
+def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress, quant: str | None = None) -> LoadedModel:
     start = time.perf_counter()
     if name in REGISTRY:
         model, tokenizer, source = _load_registry(REGISTRY[name], dtype, say)
@@ -307,6 +313,9 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress) ->
     if device.type != "cpu":
         say(f"moving to {device}…")
         model.to(device)
+    elif quant == kernels.INT8:
+        say(f"{kernels.quantize_int8(model)} linears quantized to int8 (a draft: only q changes)")
+        source += " (int8 linears)"
     elif os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
         say("float32 matmuls packed for oneDNN (decoders/kernels.py)")  # traces record it as models.*.kernels
     say(f"ready ({source})")

@@ -46,6 +46,17 @@ def model_bytes(model: nn.Module) -> int:
         if key not in seen:
             seen.add(key)
             total += tensor.numel() * tensor.element_size()
+    return total + _int8_bytes(model)
+
+
+def _int8_bytes(model: nn.Module) -> int:
+    """int8 linears (decoders/kernels.py quantize_int8) keep their weights in packed params, not parameters."""
+    total = 0
+    for module in model.modules():
+        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
+            weight, bias = module.weight(), module.bias()
+            total += weight.numel() * weight.element_size() + (bias.numel() * bias.element_size() if bias is not None
+                                                                else 0)
     return total
 
 
