@@ -156,6 +156,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "recorder_seconds": timer.seconds,
         "stop_reason": trace.stop_reason,
         "rounds_first_tokens": first_tokens,
+        "rounds": [[r.n_drafted, r.n_accepted] for r in trace.rounds],  # α by depth (bench/self_drafters.py)
     }
 
 
