@@ -33,7 +33,8 @@ ASSETS = ROOT / "assets" / "bench"
 RESULTS = Path(__file__).resolve().parent / "results"
 KIND_FILES = {"code-writing": "code_writing.json", "code-editing": "code_editing.json", "chat": "chat.json"}
 
-# GiB the loaded models need (measured, docs/shared models.md), plus a margin for activations and the harness.
+# GiB the loaded models need (measured on a 2-core CPU: both Qwen models in memory peak at 10.4 GiB in float32, 6.2 in
+# bfloat16; docs/models.md), plus a margin for activations and the harness.
 MEMORY_GIB = {("qwen2.5-coder-1.5b", "float32"): 10.4, ("qwen2.5-coder-1.5b", "bfloat16"): 6.2,
               ("smollm2-135m", "float32"): 0.9, ("smollm2-135m", "bfloat16"): 0.6}
 MARGIN_GIB = 1.5

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .api import generate
 from . import registry
-from .options import BEAM_METHODS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
+from .options import BEAM_METHODS, CONTROLLERS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
 
@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rule", default=defaults.rule, choices=list(registry.RULES), help="draft-length rule")
     run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
     run.add_argument("--max-draft", type=int, default=defaults.max_draft, help="cap for adaptive rules")
+    run.add_argument("--controller", default=defaults.controller, choices=CONTROLLERS,
+                     help="cost: each round's cap maximises expected tokens per second on this machine's measured "
+                          "verification cost (replaces γ / --max-draft)")
     run.add_argument("--lam", type=float, default=None, help="initial λ (AdaEDL 0.5, max-confidence 0.4)")
     run.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layer indices, e.g. 9,11,13")
     run.add_argument("--ngram", type=int, default=defaults.ngram, help="prompt lookup: longest n-gram")
@@ -75,6 +78,7 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
                 if args.tree_paths else None)
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
+                         controller=args.controller,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
                          dtype=args.dtype, device=args.device, chat=not args.no_chat, width=args.width,

@@ -65,8 +65,9 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
                                              beam_run.new_trace(options, models, prompt, prompt_ids))
             return
         runner = CachedModel(target.model)
-        drafter = registry.build_drafter(BuildContext(options, runner, target, draft))
-        rule = registry.build_rule(options)
+        context = BuildContext(options, runner, target, draft)
+        drafter = registry.build_drafter(context)
+        rule = registry.build_rule(options, registry.run_costs(context))
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
         generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
         warp = Warp(options.temperature, options.top_k, options.top_p)
@@ -192,11 +193,14 @@ def label(options: DecodeOptions) -> str:
 
 def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK) -> str:
     if dtype == torch.float32:
-        note = "float32: verification is exact; greedy output equals the baseline token for token."
+        note = ("float32: the algorithm is exact and greedy output equals the baseline token for token unless two "
+                "candidates nearly tie (a verification forward and one-token steps differ by ~1e-4 in the logits; "
+                "a compared run names any such rounding flip).")
         if kernel_kind == kernels.PACKED:
             note += (" Matmuls use oneDNN-packed weights (same float32 products, another summation order: logits "
                      "differ from stock PyTorch by ~1e-5, so a near-tie can differ from a stock-kernel run).")
         return note
     name = str(dtype).removeprefix("torch.")
-    return (f"{name}: verifying many tokens in one forward rounds differently from one-token steps, so outputs can "
-            "diverge from plain greedy after a while; lossless only up to numerics (use float32 for exact checks).")
+    return (f"{name}: verifying many tokens in one forward rounds differently from one-token steps (logits differ by "
+            "up to ~1 here), so outputs may differ from the baseline by rounding after a while; float32 keeps them "
+            "equal.")

@@ -30,6 +30,7 @@ from .tree import DraftTree
 
 CACHE_NAME = "costs.json"
 DEFAULT_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+QUICK_NS = (1, 2, 4, 8, 16, 32)  # what a run measures before its first round when nothing is cached (seconds)
 DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 96  # tokens already in the cache when a forward is timed (a short prompt plus some output)
 
@@ -166,9 +167,9 @@ def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REP
     device = next(model.parameters()).device
     key = cache_key(lm.name, dtype, kernel_kind, device)
     if not refresh:
-        cached = _read().get(key)
-        if cached:
-            return CostCurve.from_dict(cached)
+        known = _best(_read(), key, min_points=len(ns))
+        if known is not None:
+            return known
     timings = time_forwards(model, ns, repeats)
     chain, tree_seconds = timings["chain"], timings["tree"]  # tree[n]: a root and n - 1 drafts that branch
     curve = CostCurve(model=lm.name, dtype=dtype, kernels=kernel_kind, machine=machine_description(device),
@@ -178,7 +179,7 @@ def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REP
                       raw_tree={n: s / chain[1] for n, s in tree_seconds.items()},
                       spread=timings["spread"], repeats=repeats,
                       measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    _write(key, curve.to_dict())
+    _write(f"{key}|{len(ns)}x{repeats}", curve.to_dict())
     return curve
 
 
@@ -189,10 +190,17 @@ def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: 
     kinds = [kernel_kind] if kernel_kind else [kernels.PACKED, kernels.STOCK]  # packed: how the loader runs float32
     stored = _read()
     for kind in kinds:
-        data = stored.get(cache_key(model_name, dtype, kind, torch.device(device)))
-        if data:
-            return CostCurve.from_dict(data)
+        found = _best(stored, cache_key(model_name, dtype, kind, torch.device(device)))
+        if found is not None:
+            return found
     return None
+
+
+def _best(stored: dict, key: str, min_points: int = 1) -> CostCurve | None:
+    """The most detailed curve stored under this (machine, model, dtype, kernels), if it has enough points."""
+    curves = [CostCurve.from_dict(data) for name, data in stored.items() if name.split("|")[:4] == key.split("|")]
+    curves = [curve for curve in curves if len(curve.ns) >= min_points]
+    return max(curves, key=lambda curve: (len(curve.ns), curve.repeats, curve.measured_at), default=None)
 
 
 def format_speedup(model_name: str, dtype: str) -> float | None:

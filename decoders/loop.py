@@ -59,6 +59,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             produced += len(committed)
             # 5. let the drafter roll back and the rule learn
             drafter.observe(n_before, verdict.n_accepted, path=verdict.path, features=features)
+            if rule:
+                rule.observe_time(t_draft, proposal.forwards, t_verify, tree.size)
             rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
             seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": clock.lap()}
             # 6. record (its own time is counted in the next round's draft phase, or after the last round)

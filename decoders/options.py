@@ -18,6 +18,7 @@ TREE_DRAFTERS = registry.names(registry.DRAFTERS, Family.TREE)  # EAGLE-1's stat
 RULES = tuple(registry.RULES)
 EARLY_STOPPING = ("false", "true", "never")  # beam search's stop rule, transformers' values as text
 LAM_KEEP = ("adaedl", "dv")  # the λ schedule's "keep" branch (decoders/rules.py LambdaSchedule)
+CONTROLLERS = ("off", "cost")  # "cost": the draft controller picks each round's cap (decoders/controller.py)
 MAX_WIDTH_LIMIT = 64
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_NEW_TOKENS_LIMIT = 4096
@@ -38,6 +39,8 @@ class DecodeOptions:
     max_draft: int = 8  # cap on drafted tokens per round for adaptive rules (AdaEDL's L_max)
     lam: float | None = None  # initial λ: AdaEDL 0.5, max-confidence 0.4 when None (AdaEDL leaves it open)
     lam_keep: str = "adaedl"  # λ "keep" branch: "adaedl" (n_acc == L_max) or "dv" (n_drafted == L_max)
+    controller: str = "off"  # "cost": each round's draft cap maximises expected tokens per second on this machine's
+    #                          measured t(n) (decoders/controller.py), replacing γ / max_draft; "off": the rule's own
     skip_layers: tuple[int, ...] | None = None  # layer-skip: target layers to skip; None = a default middle set
     ngram: int = 3  # prompt lookup: longest n-gram to match (tries n..1)
     max_new_tokens: int = 64
@@ -128,6 +131,11 @@ class DecodeOptions:
         if self.lam is not None and not 0.0 <= self.lam <= 1.0:
             raise OptionsError(f"lam (the initial λ) must be in [0, 1], got {self.lam}")
         _one_of("lam_keep", self.lam_keep, LAM_KEEP)
+        _one_of("controller", self.controller, CONTROLLERS)
+        if self.controller == "cost" and self.rule == "heuristic":
+            raise OptionsError("the heuristic rule is itself a draft-length controller (+2 / −1 per round); use "
+                               "controller 'off' with it, or rule 'static', 'adaedl' or 'max-confidence' with the "
+                               "cost controller")
         if self.rule not in spec.rules:
             raise OptionsError(f"rule '{self.rule}' judges the draft's probability distribution, but {spec.label} "
                                f"copies tokens and has none; use rule {' or '.join(repr(r) for r in spec.rules)} "
@@ -147,6 +155,7 @@ class DecodeOptions:
 
     def _validate_tree(self) -> None:
         """The tree's own shape bounds its depth, so the draft-length rule and gamma do not apply."""
+        _one_of("controller", self.controller, CONTROLLERS)
         _int_range("tree_k", self.tree_k, 1, MAX_WIDTH_LIMIT)
         _int_range("tree_m", self.tree_m, 1, MAX_TREE_NODES)
         if self.eagle_head is not None and self.draft_model is not None:
@@ -183,7 +192,7 @@ class DecodeOptions:
                                f"{','.join(map(str, missing[0][:-1]))}; add it (every node's parent must be in the tree)")
 
     def fields_in_use(self) -> frozenset[str]:
-        return fields_in_use(self.method, self.drafter, self.rule, self.temperature)
+        return fields_in_use(self.method, self.drafter, self.rule, self.temperature, self.controller)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -206,8 +215,9 @@ def initial_lam(rule: str) -> float | None:
     return spec.initial_lam if spec is not None else None
 
 
-def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> frozenset[str]:
-    """The fields that change a run with these choices; the others are ignored, so the UI hides them."""
+def fields_in_use(method: str, drafter: str, rule: str, temperature: float, controller: str = "off") -> frozenset[str]:
+    """The fields that change a run with these choices; the others are ignored, so the UI hides them. The cost
+    controller picks a chain's cap each round, so γ and max_draft then change nothing."""
     used = set(_ALWAYS) | (set(_SAMPLING) if temperature > 0 else set())
     spec = registry.METHODS.get(method)
     used |= set(spec.fields) if spec is not None else set()
@@ -216,6 +226,8 @@ def fields_in_use(method: str, drafter: str, rule: str, temperature: float) -> f
         used |= set(drafter_spec.fields)
         if drafter_spec.family == Family.CHAIN:
             used |= {"rule", *(registry.RULES[rule].fields if rule in registry.RULES else ())}
+            if controller == "cost" and "controller" in used:
+                used -= {"gamma", "max_draft"}
     return frozenset(used)
 
 

@@ -59,14 +59,14 @@ def _schedule(options: "DecodeOptions", rule: str) -> LambdaSchedule:
 
 
 RULES: dict[str, RuleSpec] = {spec.name: spec for spec in [
-    RuleSpec("static", lambda o: f"static γ={o.gamma}", ("gamma",), lambda o: StaticRule(o.gamma),
-             help="always γ tokens"),
+    RuleSpec("static", lambda o: "cost-aware length" if o.controller == "cost" else f"static γ={o.gamma}",
+             ("gamma", "controller"), lambda o: StaticRule(o.gamma), help="always γ tokens"),
     RuleSpec("heuristic", lambda o: "HF heuristic", ("gamma", "max_draft"),
              lambda o: HeuristicRule(o.gamma, o.max_draft), help="+2 after a full accept, −1 otherwise"),
-    RuleSpec("max-confidence", lambda o: "max-confidence", ("max_draft", "lam", "lam_keep"),
+    RuleSpec("max-confidence", lambda o: "max-confidence", ("max_draft", "lam", "lam_keep", "controller"),
              lambda o: MaxConfidenceRule(_schedule(o, "max-confidence")), judges_q=True, initial_lam=0.4,
              help="stop when the draft's top probability < λ"),
-    RuleSpec("adaedl", lambda o: "AdaEDL", ("max_draft", "lam", "lam_keep"),
+    RuleSpec("adaedl", lambda o: "AdaEDL", ("max_draft", "lam", "lam_keep", "controller"),
              lambda o: AdaEDLRule(_schedule(o, "adaedl")), judges_q=True, initial_lam=0.5,
              help="stop when 1 − √(γ·entropy) < λ; λ follows the running acceptance"),
 ]}
@@ -84,6 +84,7 @@ class DrafterSpec:
     offers_q: bool = True  # False: it copies tokens (no draft distribution), so rules that judge q cannot steer it
     uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
     help: str = ""
+    cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -109,28 +110,52 @@ def _tree(ctx: BuildContext) -> Drafter:
     return DynamicTreeDrafter(ctx.draft.model, tree_shape(options), name=options.drafter)
 
 
+def _size_ratio(ctx: BuildContext) -> float:
+    """A first guess at c (one draft step / one target step): the draft's parameter count over the target's."""
+    if ctx.draft is None:
+        return 0.5
+    sizes = [sum(p.numel() for p in lm.model.parameters()) for lm in (ctx.draft, ctx.target)]
+    return sizes[0] / max(sizes[1], 1)
+
+
+def _layers_kept(ctx: BuildContext) -> float:
+    """Layer skip runs the target's stem without the skipped layers: roughly that share of a target step."""
+    from .drafters import default_skip_layers
+    from .runner import decoder_layers
+
+    total = len(decoder_layers(ctx.runner.model))
+    skipped = ctx.options.skip_layers or default_skip_layers(total)
+    return 1.0 - len(skipped) / total
+
+
+def _tree_step_prior(ctx: BuildContext) -> float:
+    """A tree's expansion step: one draft-model forward over the frontier, or one EAGLE-head layer (small)."""
+    return 0.1 if ctx.options.eagle_head is not None else _size_ratio(ctx)
+
+
 def _grown_by_draft_model(options: "DecodeOptions") -> bool:
     return options.eagle_head is None
 
 
-_TREE_FIELDS = ("draft_model", "eagle_head")
+_TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
                 help="a smaller model of the same family"),
     DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
                 lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
-                help="copy what followed the same n-gram earlier in the text"),
+                help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0),
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
-                help="the target itself with some layers skipped"),
+                help="the target itself with some layers skipped", cost_prior=_layers_kept),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
-                uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)"),
+                uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
+                cost_prior=_tree_step_prior),
     DrafterSpec("eagle2", Family.TREE, "EAGLE-2", _TREE_FIELDS + ("tree_k", "tree_depth", "tree_m"), _tree,
-                uses_draft_model=_grown_by_draft_model,
+                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior,
                 help="a tree of drafts grown by confidence (EAGLE-2), verified in one forward"),
     DrafterSpec("ddd", Family.TREE, "DDD",
                 _TREE_FIELDS + ("tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width"), _tree,
-                uses_draft_model=_grown_by_draft_model,
+                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior,
                 help="EAGLE-2 that stops growing when the tree's confidence falls (Dynamic Depth Decoding)"),
 ]}
 
@@ -191,13 +216,42 @@ def build_drafter(ctx: BuildContext) -> Drafter:
     return drafter(ctx.options.drafter).build(ctx)
 
 
-def build_rule(options: "DecodeOptions") -> DraftRule | None:
-    """The baseline has no rule; a tree's shape sets its depth, so it gets a static rule of that many steps."""
+def run_costs(ctx: BuildContext) -> "RunCosts | None":
+    """For controller "cost": the target's verification curve on this machine (measured once, then cached: a few
+    seconds for SmolLM2, about half a minute for Qwen 1.5B) and the drafter's prior c."""
+    if ctx.options.controller != "cost" or ctx.options.method != "speculative":
+        return None
+    from . import costs
+
+    curve = costs.measure(ctx.target, ns=costs.QUICK_NS)
+    return RunCosts(t=lambda n: curve.t(n, tree=is_tree(ctx.options)), c=drafter(ctx.options.drafter).cost_prior(ctx),
+                    curve=curve)
+
+
+def build_rule(options: "DecodeOptions", costs: "RunCosts | None" = None) -> DraftRule | None:
+    """The baseline has no rule; a tree's shape sets its depth, so it gets a static rule of that many steps; with
+    controller "cost" a chain's rule is wrapped by the draft controller, which needs the run's measured costs."""
     if options.method != "speculative":
         return None
+    controlled = options.controller == "cost"
+    if controlled and costs is None:
+        raise OptionsError("controller 'cost' needs this machine's cost curve; decode through decoders.api")
+    from .controller import CostAwareRule, TreeCostRule
+
     if is_tree(options):
-        return StaticRule(tree_shape(options).steps)
-    return rule(options.rule).build(options)
+        steps = tree_shape(options).steps
+        return TreeCostRule(costs.t, costs.c, steps) if controlled else StaticRule(steps)
+    built = rule(options.rule).build(options)
+    return CostAwareRule(built, costs.t, costs.c) if controlled else built
+
+
+@dataclass(frozen=True)
+class RunCosts:
+    """What the draft controller weighs: t(n)/t(1) of the target's verification and a prior draft step cost c."""
+
+    t: Callable[[int], float]
+    c: float
+    curve: object = None  # the decoders.costs.CostCurve behind t, for the trace
 
 
 def label(options: "DecodeOptions") -> str:
@@ -212,7 +266,8 @@ def label(options: "DecodeOptions") -> str:
                   "ddd": f"(K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"}.get(
             spec.name, f"(K={shape.k}, D={shape.steps}, M={shape.m})")
         return f"speculative · {grower} tree · {spec.label} {detail}"
-    return f"speculative · {spec.label} · {rule(options.rule).label(options)}"
+    controlled = " · cost-aware cap" if options.controller == "cost" and options.rule != "static" else ""
+    return f"speculative · {spec.label} · {rule(options.rule).label(options)}{controlled}"
 
 
 def tree_shape(options: "DecodeOptions") -> TreeShape:

@@ -31,6 +31,17 @@ class DraftRule:
         """Learn from the verified round; returns the state after the update."""
         return {}
 
+    def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
+        """The round's timings, for rules that weigh cost (decoders/controller.py); others ignore them."""
+
+    def keep_growing(self, frontier_values: list[float], pool_values: list[float], steps: int) -> bool:
+        """Trees: expand the frontier once more? (values: path probabilities; the pool's best first)"""
+        return True
+
+    def tree_size(self, values: list[float], steps: int, most: int) -> int:
+        """Trees: how many of the pool's best nodes (values, best first) to send to the target, at most `most`."""
+        return most
+
     def state(self) -> dict:
         return {}
 

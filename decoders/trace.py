@@ -41,7 +41,7 @@ RoundRecord
   target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
   search  tree drafters only (EAGLE-2, DDD; absent or None otherwise, so older traces load unchanged):
         {method, flavor (the RRS flavor the tree was verified under), steps (expansion steps run), stop
-        ("depth" | "ddd" | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
+        ("depth" | "ddd" | "cost" (the draft controller) | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
         draft probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.

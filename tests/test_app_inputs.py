@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning out
 
 def controls(**overrides) -> list:
     values = {"prompt": "hello there", "model": "smollm2-135m", "dtype": "float32", "method": "speculative",
-              "drafter": "draft-model", "draft_model": handlers.DEFAULT_DRAFT, "rule": "adaedl", "gamma": 4,
+              "drafter": "draft-model", "draft_model": handlers.DEFAULT_DRAFT, "rule": "adaedl", "controller": "off", "gamma": 4,
               "max_draft": 6, "lam": 0.5, "ngram": 3, "skip_layers": "", "max_new_tokens": 12, "temperature": 0.0,
               "top_k": 0, "top_p": 1.0, "seed": 0, "chat": True, "live": True}
     values.update({name: opening_value(name) for name in TREE_CONTROLS}, **overrides)  # the page's tree defaults

@@ -50,7 +50,7 @@ def server(slow_tiny, released):
 
 def controls(**overrides) -> list:
     values = {"prompt": "hello there", "model": "smollm2-135m", "dtype": "float32", "method": "baseline",
-              "drafter": "layer-skip", "draft_model": None, "rule": "adaedl", "gamma": 4, "max_draft": 6,
+              "drafter": "layer-skip", "draft_model": None, "rule": "adaedl", "controller": "off", "gamma": 4, "max_draft": 6,
               "lam": 0.5, "ngram": 3, "skip_layers": "", "max_new_tokens": 200, "temperature": 0.0, "top_k": 0,
               "top_p": 1.0, "seed": 0, "chat": False, "live": True}
     values.update({name: opening_value(name) for name in TREE_CONTROLS}, **overrides)  # the page's tree defaults

@@ -82,3 +82,30 @@ def test_release_idle_frees_a_suspended_holder_at_once_but_not_one_still_computi
     assert slot.release_idle() and not slot.locked() and closed == ["closed"]
     with slot.hold():
         assert not slot.release_idle()  # computing (never handed an item out): left alone
+
+
+def test_a_stop_racing_a_run_that_leaves_the_queue_cannot_lose_it():
+    """Stop pressed while a run is queued, and the run leaves the queue while Stop is still updating the counters
+    (forced here: adding to `skip` takes 50 ms). The run must not decode, and must not leave a stray skip that would
+    swallow the tab's next Run; before the counters had a lock, it decoded and the next Run was skipped."""
+    import threading
+    import time
+
+    from app.shared.session import RunSession
+
+    class SlowInt(int):
+        def __add__(self, other):
+            time.sleep(0.05)  # Stop is between taking the queued count and recording it as skips
+            return SlowInt(int(self) + other)
+
+    session = RunSession()
+    session.skip = SlowInt(0)
+    session.admit()
+    stopping = threading.Thread(target=session.request_stop)
+    stopping.start()
+    time.sleep(0.01)
+    began = session.begin()  # the queued run leaves the queue now
+    stopping.join()
+    assert not began and session.skip == 0
+    session.admit()
+    assert session.begin()  # the next Run decodes

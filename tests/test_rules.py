@@ -53,7 +53,7 @@ def run_schedule(keep: str, lam0: float, rounds, alpha: float) -> tuple[list[flo
 
 
 def test_lambda_update_hand_worked():
-    """L_max 4, λ0 0.5, α 0.85, β1 0.5, β2 0.9, ε 0.01, AR0 = α (algorithms.md §9.5, worked by hand)."""
+    """L_max 4, λ0 0.5, α 0.85, β1 0.5, β2 0.9, ε 0.01, AR0 = α (AdaEDL's λ update, decoders/rules.py LambdaSchedule, worked by hand)."""
     ars, lams = run_schedule("adaedl", 0.5, [(4, 4), (1, 4), (4, 4), (3, 3)], alpha=0.85)
     assert ars == pytest.approx([0.925, 0.5875, 0.79375, 0.896875])
     assert lams == pytest.approx([0.5, 0.501, 0.502, 0.501])

@@ -21,8 +21,11 @@ def rule_name(trace: Trace) -> str | None:
 
 
 def positions_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
-    """Per drafted position of round `index`: the judged quantity, the stop bound and λ, the stop marked."""
+    """Per drafted position of round `index`: the judged quantity, the stop bound and λ, the stop marked; for a
+    round whose cap the draft controller chose, its expected-gain curve instead (controller_figure)."""
     name = rule_name(trace)
+    if trace.rounds and _controller(trace.rounds[_clamp(trace, index)]):
+        return controller_figure(trace, _clamp(trace, index), height)
     if name not in ADAPTIVE:
         text = "The baseline drafts nothing." if name is None else \
             f"Rule '{name}' picks a length up front; it has no per-position stop test (try AdaEDL)."
@@ -75,6 +78,61 @@ def positions_figure(trace: Trace, index: int | None = None, height: int = 340) 
     return describe(fig, positions_summary(name, index, checks))
 
 
+def _clamp(trace: Trace, index: int | None) -> int:
+    return len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
+
+
+def _controller(rnd) -> dict | None:
+    return (rnd.rule or {}).get("controller")
+
+
+def controller_sentence(rnd) -> str:
+    """"Cap 14: expected 1.92 tokens per unit cost; 16 would give 1.88" (unit = one target step)."""
+    decision = _controller(rnd)
+    gain, cap = decision["gain"], decision["cap"]
+    other = min(cap + 2, len(gain) - 1) if cap + 2 < len(gain) else max(cap - 2, 0)
+    tail = f"; {other} would give {gain[other]:.2f}" if other != cap else ""
+    if "m" in decision:  # a tree: the controller chose how many of the grown nodes to send
+        return (f"sent {cap} of the grown nodes after {decision['steps']} draft forwards: expected {gain[cap]:.2f} "
+                f"tokens per unit cost{tail}")
+    head = (f"probe: drafted up to 1 although drafting nothing gains most ({gain[0]:.2f})" if decision.get("probe")
+            else f"cap {cap}: expected {gain[cap]:.2f} tokens per unit cost")
+    stopped = f"; drafted {rnd.n_drafted}" + (" (the rule stopped inside the cap)" if rnd.n_drafted < cap else "")
+    return head + tail + stopped
+
+
+def controller_figure(trace: Trace, index: int, height: int = 340) -> go.Figure:
+    """The controller's choice in one round: expected tokens per unit cost for every cap L, the chosen one marked."""
+    rnd = trace.rounds[index]
+    decision = _controller(rnd)
+    gain = decision["gain"]
+    caps = list(range(len(gain)))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=caps, y=gain, mode="lines+markers", name="expected tokens per unit cost", line=dict(color=OKABE_ITO["blue"]),
+        marker=dict(size=5),
+        hovertemplate="%{x}: expected %{y:.3f} tokens per unit cost (unit = one target step; "
+                      + (f"α = {decision['alpha']:.2f}, " if "alpha" in decision else
+                         f"calibration κ = {decision.get('kappa', 1):.2f}, ") + f"c = {decision['c']:.3f})<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=[decision["cap"]], y=[gain[decision["cap"]]], mode="markers", name="chosen cap",
+        marker=dict(symbol="star", size=16, color=STATUS_COLORS["accepted"], line=dict(width=1, color="#333")),
+        hovertemplate="chosen: cap %{x}, %{y:.3f} tokens per unit cost<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"), annotation_text="baseline = 1",
+                  annotation_position="bottom right")
+    title = wrap_title(f"Round {index + 1}: {controller_sentence(rnd)}", 40)
+    fig.update_layout(
+        title=dict(text=title, font=dict(size=13)), height=height,
+        margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white",
+        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        xaxis=dict(title="tree nodes sent M" if "m" in decision else "draft cap L (tokens)", showgrid=False),
+        yaxis=dict(title="(1 + κΣv) / (steps·c + t(M+1))" if "m" in decision else "E[tokens] / (L·c + t(L+1))",
+                   gridcolor="#eee", rangemode="tozero"))
+    return describe(fig, f"Round {index + 1}, draft controller: {controller_sentence(rnd)}; c = {decision['c']:.3f}, "
+                         f"t(n) from this machine's measured curve; gain per choice: "
+                         + ", ".join(f"{L}: {g:.2f}" for L, g in enumerate(gain)) + ".")
+
+
 def positions_summary(name: str, index: int, checks: list[dict]) -> str:
     """The per-position panel in words (its text alternative)."""
     judged = "entropy" if name == "adaedl" else "confidence"
@@ -112,6 +170,12 @@ def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> 
                                  line=dict(color=OKABE_ITO["vermillion"], dash="dot"),
                                  hovertemplate="round %{x}: running acceptance ratio AR = %{y:.3f} "
                                                "(target α = 0.9)<extra></extra>"))
+    caps = [(_controller(r) or {}).get("cap") for r in trace.rounds]
+    if any(cap is not None for cap in caps):
+        fig.add_trace(go.Scatter(x=xs, y=caps, mode="lines", name="cap (controller)", yaxis="y2",
+                                 line=dict(color=OKABE_ITO["orange"], shape="hv"),
+                                 hovertemplate="round %{x}: the controller capped drafting at %{y} tokens"
+                                               "<extra></extra>"))
     if index is not None and 0 <= int(index) < len(xs):
         fig.add_vline(x=int(index) + 1, line=dict(color="#000", width=1.5, dash="dot"))
     title = "Draft length over rounds" + ("<br>with λ and running acceptance" if name in ADAPTIVE else "")

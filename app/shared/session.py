@@ -19,7 +19,12 @@ from decoders.trace import Trace
 
 
 class RunSession:
+    """The counters change from two threads (the Run event's worker and the Stop event's), so every change of
+    queued / skip / running happens under one lock: a Stop between a run's `admit` and its `begin` must neither
+    lose the queued run nor let it decode."""
+
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.queued = 0  # runs this tab asked for that have not begun (counted when Gradio accepts the request)
         self.running = False
         self.latest: Trace | None = None  # the running (or last) run's latest round, for Stop to show
@@ -33,27 +38,31 @@ class RunSession:
 
     def admit(self) -> None:
         """A run was accepted into the queue (it may wait there behind other visitors' runs)."""
-        self.queued += 1
+        with self._lock:
+            self.queued += 1
 
     def begin(self) -> bool:
         """A run starts executing; False when a Stop came while it waited in the queue (it should not decode)."""
-        self.queued = max(self.queued - 1, 0)
-        if self.skip:
-            self.skip -= 1
-            return False
-        self.running, self.latest = True, None
-        self.stop_requested.clear()
-        self.idle.clear()
-        return True
+        with self._lock:
+            self.queued = max(self.queued - 1, 0)
+            if self.skip:
+                self.skip -= 1
+                return False
+            self.running, self.latest = True, None
+            self.stop_requested.clear()
+            self.idle.clear()
+            return True
 
     def end(self) -> None:
-        self.running = False
-        self.idle.set()
+        with self._lock:
+            self.running = False
+            self.idle.set()
 
     def request_stop(self) -> int:
         """Stop: the running run returns at its next round; queued ones will not decode. Returns how many queued."""
-        count, self.queued = self.queued, 0
-        self.skip += count
-        if self.running:
-            self.stop_requested.set()
-        return count
+        with self._lock:
+            count, self.queued = self.queued, 0
+            self.skip += count
+            if self.running:
+                self.stop_requested.set()
+            return count

@@ -61,10 +61,11 @@ class EagleTreeDrafter(Drafter):
             guessed.update(zip(frontier, hidden))
             return self._full_vocab(draft_log_probs(logits, warp))
 
-        growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit)
+        growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit,
+                      rule.keep_growing)
         self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))  # the whole tree's pairs are cached now
         kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
-        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record)
+        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record, rule)
 
     @torch.inference_mode()
     def _catch_up(self, ids: list[int]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
@@ -105,9 +106,12 @@ class Growth:
     forwards: int = 0
 
 
-def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int) -> Growth:
+def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int,
+         keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> Growth:
     """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier pool ids, pool)
-    -> (F, V) log-probs after each frontier node (one draft forward)."""
+    -> (F, V) log-probs after each frontier node (one draft forward); keep_growing(frontier values, pool values
+    best first, forwards so far) can end growth before a step (the draft controller: when the frontier cannot pay
+    for another step)."""
     if shape.paths:
         return grow_static(root_logq, expand, shape.paths, max_depth)
     growth = Growth(forwards=1)
@@ -126,6 +130,11 @@ def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int) -> G
             if stop:
                 growth.stop = "ddd"
                 return growth
+        values = sorted((math.exp(node.log_value) for node in growth.pool), reverse=True)
+        if keep_growing is not None and not keep_growing([math.exp(growth.pool[i].log_value) for i in frontier],
+                                                         values, growth.forwards):
+            growth.stop = "cost"
+            return growth
         logq = expand(frontier, growth.pool)  # (F, V)
         growth.forwards += 1
         top = torch.topk(logq, min(shape.k, logq.shape[-1]), dim=-1)  # values, indices: (F, K)
@@ -217,12 +226,16 @@ def frontier_mask(frontier: list[int], pool: list[PoolNode], context: int, fed: 
     return torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
 
 
-def tree_proposal(method: str, pending: int, growth: Growth, m: int, record: bool) -> Proposal:
+def tree_proposal(method: str, pending: int, growth: Growth, m: int, record: bool, rule=None) -> Proposal:
     """The grown pool reranked to its best m nodes (ancestor-closed) as the tree sent to the target; the search
-    itself goes into the trace when recording. DDD's stop reads as the rule's, EAGLE-2's as the size limit."""
+    itself goes into the trace when recording. A rule may send fewer (DraftRule.tree_size: the draft controller).
+    DDD's and the controller's stops read as the rule's, EAGLE-2's as the size limit."""
+    if rule is not None:
+        values = sorted((math.exp(node.log_value) for node in growth.pool), reverse=True)
+        m = max(1, min(m, rule.tree_size(values, growth.forwards, min(m, len(values)))))
     chosen = rerank(growth.pool, m)
     proposal = Proposal(build_tree(pending, growth.pool, chosen), forwards=growth.forwards,
-                        reason=DraftStop.RULE if growth.stop == "ddd" else DraftStop.LIMIT)
+                        reason=DraftStop.RULE if growth.stop in ("ddd", "cost") else DraftStop.LIMIT)
     if record:
         proposal.search = search_record(method, growth, chosen)
     return proposal
@@ -266,9 +279,9 @@ class DynamicTreeDrafter(Drafter):
             fed.extend(frontier)
             return draft_log_probs(logits, warp)
 
-        growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit)
+        growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit, rule.keep_growing)
         self.runner.drop_last(self.runner.length - context)  # the draft cache keeps committed tokens only
-        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record)
+        return tree_proposal(self.name, ids[-1], growth, self.shape.m, record, rule)
 
     def _frontier_forward(self, frontier: list[int], pool: list[PoolNode], context: int,
                           fed: list[int]) -> torch.Tensor:

@@ -25,11 +25,11 @@ OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
-DEPENDENT = ("drafter", "draft_model", "rule", "gamma", "max_draft", "lam", "ngram", "skip_layers", "top_k", "top_p",
-             "seed") + TREE_CONTROLS
+DEPENDENT = ("drafter", "draft_model", "rule", "controller", "gamma", "max_draft", "lam", "ngram", "skip_layers",
+             "top_k", "top_p", "seed") + TREE_CONTROLS
 # What an example sets (everything that shapes the run; length, dtype and display toggles stay the user's).
-EXAMPLE_CONTROLS = ("prompt", "model", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
-                    "ngram", "skip_layers", "temperature", "top_k", "top_p", "seed") + TREE_CONTROLS
+EXAMPLE_CONTROLS = ("prompt", "model", "method", "drafter", "draft_model", "rule", "controller", "gamma", "max_draft",
+                    "lam", "ngram", "skip_layers", "temperature", "top_k", "top_p", "seed") + TREE_CONTROLS
 
 
 def _registry() -> dict:
@@ -84,7 +84,7 @@ def drafters_for(model: str) -> list[str]:
 
 
 def control_states(model: str, method: str, drafter: str, rule: str, temperature: float,
-                   draft_model: str | None, eagle_head: str | None = None) -> dict[str, dict]:
+                   draft_model: str | None, eagle_head: str | None = None, controller: str = "off") -> dict[str, dict]:
     """{control: {"visible", and where they change: "choices", "value"}} for the DEPENDENT controls.
 
     A drafter, rule or tree source the new choices no longer offer moves to the first one offered (prompt lookup ->
@@ -98,7 +98,7 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
     sources = tree_sources(model)
     source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
-    used = fields_in_use(method, drafter, rule, _number(temperature))
+    used = fields_in_use(method, drafter, rule, _number(temperature), controller or "off")
     grows_from_head = registry.DRAFTERS[drafter].family == Family.TREE and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
     states["drafter"].update(choices=drafters, value=drafter)
@@ -145,8 +145,8 @@ def example_row(example: dict) -> list:
     options = example_options(example)
     values = {name: example["prompt"] if name == "prompt" else control_value(name, options) for name in EXAMPLE_CONTROLS}
     values["eagle_head"] = control_states(values["model"], values["method"], values["drafter"], values["rule"],
-                                          values["temperature"], values["draft_model"],
-                                          values["eagle_head"])["eagle_head"]["value"]
+                                          values["temperature"], values["draft_model"], values["eagle_head"],
+                                          values["controller"])["eagle_head"]["value"]
     return [values[name] for name in EXAMPLE_CONTROLS]
 
 
@@ -157,7 +157,7 @@ def example_states(example: dict) -> dict[str, dict]:
     choices that contain it (Gradio rejects a value outside a control's current choices)."""
     values = dict(zip(EXAMPLE_CONTROLS, example_row(example)))
     states = control_states(values["model"], values["method"], values["drafter"], values["rule"],
-                            values["temperature"], values["draft_model"], values["eagle_head"])
+                            values["temperature"], values["draft_model"], values["eagle_head"], values["controller"])
     return {name: {**states.get(name, {}), "value": values[name]} for name in EXAMPLE_CONTROLS}
 
 

@@ -23,7 +23,8 @@ from app.tabs.generate.views import error_html, full_views, read_trace_file, rou
 
 
 # The controls of the Generate tab, in the order layout.py passes them.
-RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "gamma", "max_draft", "lam",
+RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "controller", "gamma", "max_draft",
+              "lam",
               "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live",
               "eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
 STREAM_EVERY = 0.4  # seconds between streamed updates: each one costs drawing time (server and browser)
@@ -39,7 +40,7 @@ def options_from(values: dict) -> DecodeOptions:
     drafter = values.get("drafter") or D.drafter
     rule = values.get("rule") or D.rule
     temperature = _float(values, "temperature", D.temperature)
-    used = fields_in_use(method, drafter, rule, temperature)
+    used = fields_in_use(method, drafter, rule, temperature, values.get("controller") or D.controller)
     # Fields without a control (record, device, lam_keep) keep their defaults.
     fields = {name: _PARSERS[name](values, name) for name in used if name in _PARSERS}
     if fields.get("eagle_head") is not None:  # the tree grows from the head, so the draft-model choice is moot
@@ -111,6 +112,7 @@ _PARSERS = {
     "method": lambda values, key: values.get(key) or D.method,
     "drafter": lambda values, key: values.get(key) or D.drafter,
     "rule": lambda values, key: values.get(key) or D.rule,
+    "controller": lambda values, key: values.get(key) or D.controller,
     "dtype": lambda values, key: values.get(key) or D.dtype,
     "chat": lambda values, key: bool(values.get(key, D.chat)),
     "draft_model": lambda values, key: _draft_model(values),

@@ -70,7 +70,8 @@ def _opening_prompt(trace) -> str:
 def _controls() -> dict:
     """The Generate controls, starting on controls.OPENING (the opening recorded run's method, else defaults)."""
     d = OPENING
-    shown = control_states(d.model, d.method, d.drafter, d.rule, d.temperature, opening_value("draft_model"))
+    shown = control_states(d.model, d.method, d.drafter, d.rule, d.temperature, opening_value("draft_model"),
+                           controller=d.controller)
     c = {}
     c["model"] = gr.Dropdown(model_choices(), value=d.model, label="Target model", elem_id="sl-model",
                              allow_custom_value=not registry_only(),
@@ -101,6 +102,14 @@ def _controls() -> dict:
         c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule", label="Draft-length rule",
                              info=_registry_help(registry.RULES) + ". AdaEDL and max-confidence start from their own "
                                   "λ and adapt it to the running acceptance.")
+        c["controller"] = gr.Radio([("the rule's own (γ, L_max)", "off"), ("cost-aware: what this machine verifies "
+                                                                             "profitably", "cost")],
+                                   value=d.controller, label="Draft length cap", elem_id="sl-controller",
+                                   info="cost-aware: each round the cap maximises expected tokens per second from "
+                                        "this machine's measured verification cost t(n) and the running acceptance "
+                                        "(a tree: how far to grow and how many nodes to send); AdaEDL and "
+                                        "max-confidence still stop early inside it. The rule panel draws each "
+                                        "round's choice.")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
@@ -293,14 +302,15 @@ def _wire_dependent_controls(c: dict, demo: gr.Blocks) -> None:
     Only a visitor's own edits (`.input`) re-adjust. Examples and lessons set every control at once with its choices
     (controls.example_states); a `.change` handler would fire once per control they set, some while the others
     still held their old values, and a late reply computed from that mix undid the example (seen in CI)."""
-    deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model", "eagle_head")]
+    deciding = [c[n] for n in ("model", "method", "drafter", "rule", "temperature", "draft_model", "eagle_head",
+                               "controller")]
 
-    def adjust(model, method, drafter, rule, temperature, draft_model, eagle_head):
-        states = control_states(model, method, drafter, rule, temperature, draft_model, eagle_head)
+    def adjust(model, method, drafter, rule, temperature, draft_model, eagle_head, controller):
+        states = control_states(model, method, drafter, rule, temperature, draft_model, eagle_head, controller)
         return tuple(gr.update(**states[name]) for name in DEPENDENT)
 
     demo.load(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
-    for name in ("model", "method", "drafter", "rule", "temperature", "eagle_head"):
+    for name in ("model", "method", "drafter", "rule", "temperature", "eagle_head", "controller"):
         c[name].input(adjust, deciding, [c[n] for n in DEPENDENT], queue=False, show_progress="hidden")
     c["rule"].input(lambda rule: gr.skip() if lam_for(rule) is None else lam_for(rule), [c["rule"]], [c["lam"]],
                     queue=False, show_progress="hidden")

@@ -1,0 +1,175 @@
+"""The draft controller: each round, draft as much as this machine can verify profitably.
+
+For a chain, the cap L on this round's drafts maximises the expected committed tokens per unit of time,
+
+    gain(L) = E(L) / (L·c + t(L + 1)),    E(L) = (1 − α^(L+1)) / (1 − α)     (Leviathan et al. 2023, Thm 3.8)
+
+with the measured verification cost t(n)/t(1) of this machine (decoders/costs.py) in place of Leviathan's t = 1
+(Sequoia's hardware-aware form), c = one draft step / one target step, and α the acceptance probability per drafted
+token. gain(0) = 1 is the baseline, so the controller drafts nothing when nothing pays. The draft-length rule it
+wraps (AdaEDL, max-confidence) still stops early inside the cap, token by token.
+
+α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
+machine (a costlier verification: shorter caps):
+- α: acceptances S and rejections F, each round decayed by `decay`, from a weak prior; a round that stopped by its
+  rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric acceptance run.
+- c: seconds per draft forward over seconds per target step, where a target step = verification seconds / t(n) of
+  that round's n; an exponential moving average of the rounds' own timings (the loop reports them).
+When the best cap is 0 (the baseline wins), the controller still drafts one token every `probe_every` rounds: a
+run that never drafts would never learn that α or c had changed. Every round's decision, its inputs and the whole
+gain curve go into the trace (RoundRecord.rule["controller"]).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .rules import DraftRule
+from .stats import expected_tokens
+
+MAX_CAP = 32  # longest chain the controller considers (the verification curve is measured up to 64)
+
+
+@dataclass
+class AcceptanceEstimate:
+    """α from decayed counts of accepted drafts (S) and rejections (F), with a prior of `strength` pseudo-rounds."""
+
+    prior: float = 0.6
+    strength: float = 2.0
+    decay: float = 0.8
+    successes: float = field(init=False)
+    failures: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.successes, self.failures = self.prior * self.strength, (1 - self.prior) * self.strength
+
+    @property
+    def alpha(self) -> float:
+        return self.successes / (self.successes + self.failures)
+
+    def update(self, n_accepted: int, n_drafted: int) -> None:
+        if n_drafted == 0:
+            return
+        self.successes = self.decay * self.successes + n_accepted
+        self.failures = self.decay * self.failures + (1.0 if n_accepted < n_drafted else 0.0)
+
+
+def gain_curve(alpha: float, c: float, t: Callable[[int], float], max_cap: int) -> list[float]:
+    """gain(L) for L = 0..max_cap: expected tokens per unit of time (one target step = 1)."""
+    return [expected_tokens(alpha, length) / (length * c + t(length + 1)) for length in range(max_cap + 1)]
+
+
+@dataclass
+class CostAwareRule(DraftRule):
+    """A draft-length rule whose cap is chosen each round by expected gain; `inner` still judges every position."""
+
+    inner: DraftRule
+    t: Callable[[int], float]  # t(n)/t(1) of the target's chain verification on this machine
+    c: float  # prior for the draft step cost, before the run has timed its own
+    max_cap: int = MAX_CAP
+    estimate: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    c_decay: float = 0.7
+    probe_every: int = 8
+    last: dict = field(default_factory=dict)  # the latest decision, for the trace
+    rounds_without_draft: int = 0
+
+    @property
+    def name(self) -> str:  # the trace keeps the inner rule's name: its panel draws the inner rule's checks
+        return self.inner.name
+
+    @property
+    def needs_distribution(self) -> bool:
+        return self.inner.needs_distribution
+
+    def limit(self) -> int:
+        curve = gain_curve(self.estimate.alpha, self.c, self.t, self.max_cap)
+        best = max(range(len(curve)), key=lambda length: (curve[length], -length))  # ties: the shorter cap
+        probe = best == 0 and self.rounds_without_draft + 1 >= self.probe_every
+        cap = 1 if probe else best
+        self.rounds_without_draft = 0 if cap else self.rounds_without_draft + 1
+        self.last = {"cap": cap, "best": best, "probe": probe, "alpha": self.estimate.alpha, "c": self.c,
+                     "gain": curve, "t": [self.t(n) for n in range(1, self.max_cap + 2)]}
+        schedule = getattr(self.inner, "schedule", None)
+        if schedule is not None:  # AdaEDL's λ keeps still when a round fills its cap: this round's cap is L_max
+            schedule.max_draft = max(cap, 1)
+        return cap
+
+    def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
+        return self.inner.check(position, q)
+
+    def update(self, n_accepted: int, n_drafted: int) -> dict:
+        self.estimate.update(n_accepted, n_drafted)
+        inner = self.inner.update(n_accepted, n_drafted)
+        return {**inner, "controller": dict(self.last)}
+
+    def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
+        """The round's own timings: a draft forward's seconds over a target step's (verify seconds / t(n))."""
+        if draft_forwards <= 0 or verify_seconds <= 0:
+            return
+        step = verify_seconds / self.t(n_verified)
+        measured = (draft_seconds / draft_forwards) / step
+        self.c = self.c_decay * self.c + (1 - self.c_decay) * measured
+
+    def state(self) -> dict:
+        return self.inner.state()
+
+
+@dataclass
+class TreeCostRule(DraftRule):
+    """The controller for trees (EAGLE-2 / DDD shapes): grow while the frontier can still pay for a draft step, then
+    send the M best nodes that maximise expected tokens per unit cost.
+
+    A node's value v (the product of draft probabilities on its path) estimates the chance the target accepts the
+    path to it, so sending the M most valuable nodes is expected to yield 1 + κ·Σ_{i≤M} v_i tokens, κ a running
+    calibration (accepted ÷ predicted: a draft's probabilities are over- or under-confident), at a cost of
+    steps·c + t_tree(M + 1) target steps. Before each expansion step, growing pays only if the most it can add,
+    κ·Σ_frontier v (a child's value is at most its parent's), beats the best rate so far times the step's cost c:
+    DDD's confidence test with a threshold taken from this machine's costs instead of a constant.
+    """
+
+    t: Callable[[int], float]  # t(n)/t(1) of the target's tree-mask verification
+    c: float  # seconds of one draft forward over a frontier / one target step (a prior; the run times its own)
+    steps: int  # most expansion steps (the shape's D or n)
+    kappa: float = 1.0
+    kappa_decay: float = 0.7
+    c_decay: float = 0.7
+    last: dict = field(default_factory=dict)
+    name = "static"  # the tree's own rule name in traces (its depth bound); the decisions go under "controller"
+
+    def limit(self) -> int:
+        self.last = {}  # a round cut short by the token budget grows nothing and decides nothing
+        return self.steps
+
+    def _rates(self, values: list[float], steps: int, most: int) -> list[float]:
+        """Expected tokens per unit cost for M = 1..most (index M - 1); values best first."""
+        total, rates = 1.0, []
+        for m in range(1, most + 1):
+            total += self.kappa * values[m - 1]
+            rates.append(total / (steps * self.c + self.t(m + 1)))
+        return rates
+
+    def keep_growing(self, frontier_values: list[float], pool_values: list[float], steps: int) -> bool:
+        best = max(self._rates(pool_values, steps, len(pool_values)), default=1.0)
+        return self.kappa * sum(frontier_values) > best * self.c
+
+    def tree_size(self, values: list[float], steps: int, most: int) -> int:
+        rates = self._rates(values, steps, most)
+        m = max(range(len(rates)), key=lambda i: (rates[i], -i)) + 1  # ties: the smaller tree
+        self.last = {"m": m, "steps": steps, "kappa": self.kappa, "c": self.c,
+                      "gain": [1.0 / (steps * self.c + 1.0)] + rates, "predicted": self.kappa * sum(values[:m])}
+        return m
+
+    def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
+        if draft_forwards <= 0 or verify_seconds <= 0:
+            return
+        step = verify_seconds / self.t(n_verified)
+        self.c = self.c_decay * self.c + (1 - self.c_decay) * (draft_seconds / draft_forwards) / step
+
+    def update(self, n_accepted: int, n_drafted: int) -> dict:
+        predicted = self.last.get("predicted", 0.0) / max(self.kappa, 1e-9)  # the uncalibrated Σ v of what was sent
+        if n_drafted > 0 and predicted > 0:
+            ratio = min(max(n_accepted / predicted, 0.05), 20.0)
+            self.kappa = self.kappa_decay * self.kappa + (1 - self.kappa_decay) * ratio
+        return {"controller": {**self.last, "cap": self.last["m"]}} if self.last else {}

@@ -1,0 +1,226 @@
+"""The cost-aware draft controller (decoders/controller.py): it picks each round's cap from the measured costs and
+the running acceptance, records why, and stays lossless (greedy equality, and the chi-square test on samples)."""
+from __future__ import annotations
+
+import pytest
+
+from decoders import DecodeOptions, OptionsError, generate
+from decoders import verify as core
+from decoders.controller import AcceptanceEstimate, CostAwareRule, gain_curve
+from decoders.rules import StaticRule
+from decoders.sampling import Warp
+
+from chi_square import chi_square_pvalue
+from tree_helpers import BOUND, PROMPT, RUNS, exact_pairs, sampled_pairs, small_models
+
+PROMPTS = [[7], [3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]
+CASES = [("draft-model", "adaedl"), ("draft-model", "static"), ("draft-model", "max-confidence"),
+         ("prompt-lookup", "static"), ("layer-skip", "adaedl")]
+
+
+@pytest.fixture
+def cheap_draft(monkeypatch):
+    """The tiny drafts are as big as their target, so the controller would rightly not draft; pretend the draft is
+    cheap (c prior 0.05) so the first rounds do draft and the test exercises controlled verification."""
+    from dataclasses import replace
+
+    from decoders import registry
+
+    spec = registry.DRAFTERS["draft-model"]
+    monkeypatch.setitem(registry.DRAFTERS, "draft-model", replace(spec, cost_prior=lambda ctx: 0.05))
+
+
+def flat(n: int) -> float:
+    return 1.0
+
+
+def steep(n: int) -> float:
+    return float(n)  # verifying n tokens costs n steps: no speculation can pay
+
+
+def test_gain_curve_follows_the_costs():
+    assert gain_curve(0.0, 0.1, flat, 8)[0] == 1.0  # drafting nothing is the baseline
+    best = lambda curve: max(range(len(curve)), key=curve.__getitem__)
+    assert best(gain_curve(0.0, 0.1, flat, 8)) == 0  # nothing is accepted: draft nothing
+    assert best(gain_curve(0.99, 0.0, flat, 16)) == 16  # free drafts, free verification: draft the most
+    assert best(gain_curve(0.9, 0.05, steep, 16)) == 0  # a verification as dear as the steps it saves
+    mid = best(gain_curve(0.8, 0.1, lambda n: 1 + 0.1 * (n - 1), 32))
+    assert 2 <= mid <= 12  # a real trade-off lands inside
+
+
+def test_acceptance_estimate_moves_with_the_rounds():
+    estimate = AcceptanceEstimate()
+    start = estimate.alpha
+    for _ in range(5):
+        estimate.update(4, 4)  # everything accepted, no rejection
+    assert estimate.alpha > 0.9 > start
+    for _ in range(10):
+        estimate.update(0, 3)
+    assert estimate.alpha < 0.3  # at most one failure per round: a collapse shows over a few rounds
+    before = estimate.alpha
+    estimate.update(0, 0)  # nothing drafted: no evidence
+    assert estimate.alpha == before
+
+
+def test_the_rule_records_its_decision_and_times_itself():
+    rule = CostAwareRule(StaticRule(4), t=lambda n: 1 + 0.05 * (n - 1), c=0.5)
+    cap = rule.limit()
+    assert rule.last["cap"] == cap and len(rule.last["gain"]) == rule.max_cap + 1
+    assert rule.last["gain"][cap] == max(rule.last["gain"])
+    rule.observe_time(draft_seconds=0.01, draft_forwards=1, verify_seconds=0.1, n_verified=1)
+    assert rule.c == pytest.approx(0.7 * 0.5 + 0.3 * 0.1)
+    after = rule.update(3, 3)
+    assert after["controller"]["cap"] == cap
+
+
+def test_heuristic_is_its_own_controller():
+    with pytest.raises(OptionsError, match="heuristic rule is itself a draft-length controller"):
+        DecodeOptions(method="speculative", rule="heuristic", controller="cost").validate()
+    with pytest.raises(OptionsError, match="unknown controller"):
+        DecodeOptions(method="speculative", controller="auto").validate()
+
+
+@pytest.mark.parametrize("drafter, rule", CASES, ids=[f"{d}-{r}" for d, r in CASES])
+def test_controlled_greedy_equals_baseline(tiny, drafts, cheap_draft, drafter, rule):
+    drafted = 0
+    for prompt in PROMPTS:
+        for length in (1, 7, 40):
+            options = DecodeOptions(method="speculative", drafter=drafter, rule=rule, controller="cost",
+                                    max_new_tokens=length)
+            trace = generate(options, prompt, target=tiny, draft=drafts["noisy"] if drafter == "draft-model" else None)
+            baseline = generate(DecodeOptions(max_new_tokens=length), prompt, target=tiny)
+            assert trace.output_ids == baseline.output_ids, (drafter, rule, prompt, length)
+            drafted += sum(r.n_drafted for r in trace.rounds)
+    assert drafted > 0  # the controller drafted: the equality is not the baseline's with itself
+
+
+def caps_after(rule: CostAwareRule, rounds: list[tuple[int, int]]) -> list[int]:
+    out = []
+    for accepted, drafted in rounds:
+        out.append(rule.limit())
+        rule.update(accepted, drafted)
+    return out
+
+
+def test_the_cap_grows_while_drafts_are_accepted_and_shrinks_when_they_are_not():
+    cheap = dict(t=lambda n: 1 + 0.05 * (n - 1), c=0.1)
+    right = caps_after(CostAwareRule(StaticRule(4), **cheap), [(8, 8)] * 8)
+    wrong = caps_after(CostAwareRule(StaticRule(4), **cheap), [(0, 4)] * 8)
+    assert right[-1] > right[0] and wrong[-1] < wrong[0]
+    assert right == sorted(right) and wrong == sorted(wrong, reverse=True)
+
+
+def test_a_run_that_pays_nothing_still_probes(tiny, drafts):
+    """A draft as big as the target (c = 1) should not pay; the controller drafts one token now and then anyway,
+    so a change would be noticed, and the trace says which rounds were probes."""
+    options = DecodeOptions(method="speculative", rule="static", controller="cost", max_new_tokens=40)
+    trace = generate(options, PROMPTS[1], target=tiny, draft=drafts["unrelated"])
+    decisions = [r.rule["controller"] for r in trace.rounds if r.rule and "controller" in r.rule]
+    assert decisions and all("gain" in d and len(d["gain"]) == len(d["t"]) for d in decisions)
+    if any(d["best"] == 0 for d in decisions):
+        assert any(d["probe"] and d["cap"] == 1 for d in decisions)
+
+
+# ---- sampling: the joint law of the first two tokens ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    return small_models()
+
+
+def controlled(rule: str) -> DecodeOptions:
+    return DecodeOptions(method="speculative", drafter="draft-model", rule=rule, controller="cost",
+                         max_new_tokens=4, temperature=1.0)
+
+
+@pytest.mark.parametrize("rule", ["static", "adaedl"])
+def test_controlled_samples_follow_the_target(small, cheap_draft, rule):
+    options = controlled(rule)
+    first = generate(options, PROMPT, target=small["target"], draft=small["noisy"]).rounds[0]
+    assert first.n_drafted > 0  # the law below is the controlled speculative one, not the baseline's
+    counts = sampled_pairs(options, small["target"], small["noisy"], RUNS)
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    assert pvalue > BOUND, f"chi-square p = {pvalue:.2e}"
+
+
+def test_the_statistical_test_catches_a_wrong_residual_under_the_controller(small, cheap_draft, monkeypatch):
+    monkeypatch.setattr(core, "residual", lambda r, q: r)
+    counts = sampled_pairs(controlled("static"), small["target"], small["unrelated"], 300)
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
+
+
+def test_the_rule_panel_draws_the_controller_s_choice(tiny, drafts, cheap_draft):
+    from app.figures.rule import controller_sentence, positions_figure, rounds_figure
+
+    options = DecodeOptions(method="speculative", rule="adaedl", controller="cost", max_new_tokens=30)
+    trace = generate(options, PROMPTS[1], target=tiny, draft=drafts["noisy"])
+    first = trace.rounds[0]
+    sentence = controller_sentence(first)
+    cap = first.rule["controller"]["cap"]
+    assert sentence.startswith(f"cap {cap}: expected ") or sentence.startswith("probe")
+    figure = positions_figure(trace, 0)
+    assert [t.name for t in figure.data] == ["expected tokens per unit cost", "chosen cap"]
+    assert list(figure.data[1].x) == [cap]
+    assert "cap (controller)" in [t.name for t in rounds_figure(trace).data]
+
+
+# ---- trees ---------------------------------------------------------------------------------------------------
+
+TREE_CASES = [dict(drafter="eagle2", tree_k=3, tree_depth=4, tree_m=12),
+              dict(drafter="ddd", tree_k=3, tree_m=12, ddd_checks=(3,), ddd_steps=5, ddd_width=3)]
+
+
+@pytest.fixture
+def cheap_trees(monkeypatch):
+    from dataclasses import replace
+
+    from decoders import registry
+
+    for name in ("eagle2", "ddd"):
+        monkeypatch.setitem(registry.DRAFTERS, name, replace(registry.DRAFTERS[name], cost_prior=lambda ctx: 0.05))
+
+
+@pytest.mark.parametrize("shape", TREE_CASES, ids=[c["drafter"] for c in TREE_CASES])
+def test_controlled_trees_equal_the_baseline_and_say_what_they_sent(tiny, drafts, cheap_trees, shape):
+    sent = []
+    for prompt in PROMPTS:
+        options = DecodeOptions(method="speculative", controller="cost", max_new_tokens=30, **shape)
+        trace = generate(options, prompt, target=tiny, draft=drafts["noisy"])
+        assert trace.output_ids == generate(DecodeOptions(max_new_tokens=30), prompt, target=tiny).output_ids
+        for rnd in trace.rounds:
+            decision = (rnd.rule or {}).get("controller")
+            if decision:
+                assert rnd.n_drafted == decision["m"] <= shape["tree_m"]
+                sent.append(decision["m"])
+    assert sent and len(set(sent)) > 1  # the size follows the pool's values and the learnt calibration
+
+
+def test_tree_rule_grows_only_while_the_frontier_can_pay():
+    from decoders.controller import TreeCostRule
+
+    rule = TreeCostRule(t=lambda n: 1 + 0.02 * (n - 1), c=0.2, steps=6)
+    assert rule.keep_growing([0.5, 0.3], [0.9, 0.5, 0.3], steps=1)  # likely children: worth a step
+    assert not rule.keep_growing([0.01, 0.005], [0.9, 0.5, 0.3], steps=1)  # improbable frontier: stop
+    assert rule.tree_size([0.9, 0.8, 0.01, 0.001], steps=2, most=4) == 2  # the unlikely nodes cost more than they add
+    rule.update(0, 2)  # nothing accepted of a predicted 1.7: the draft is over-confident, κ falls
+    assert rule.kappa < 1.0
+
+
+def test_controlled_tree_samples_follow_the_target(small, cheap_trees):
+    options = DecodeOptions(method="speculative", drafter="eagle2", tree_k=2, tree_depth=3, tree_m=5,
+                            controller="cost", max_new_tokens=4, temperature=1.0)
+    first = generate(options, PROMPT, target=small["target"], draft=small["noisy"]).rounds[0]
+    assert first.n_drafted > 0 and first.rule["controller"]["m"] == first.n_drafted
+    counts = sampled_pairs(options, small["target"], small["noisy"], RUNS)
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    assert pvalue > BOUND, f"chi-square p = {pvalue:.2e}"
+
+
+def test_the_statistical_test_catches_a_wrong_residual_in_a_controlled_tree(small, cheap_trees, monkeypatch):
+    monkeypatch.setattr(core, "residual", lambda r, q: r)
+    options = DecodeOptions(method="speculative", drafter="eagle2", tree_k=2, tree_depth=3, tree_m=5,
+                            controller="cost", max_new_tokens=4, temperature=1.0)
+    counts = sampled_pairs(options, small["target"], small["unrelated"], 300)
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
