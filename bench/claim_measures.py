@@ -77,7 +77,9 @@ def repo_command(command: str | None, default: str) -> str:
     """The command as run from the repository root: `…/bench/__main__.py` → `python -m bench`, an interpreter path →
     `python`, `--out /somewhere` dropped (the default folder is bench/results/), other machine paths cut to the part
     inside the repository or to their file name."""
-    words, out = (command or default).split(), []
+    if not command:  # an older file that kept no command: say so rather than pass the default off as it
+        return f"{default} (the file does not record its options)"
+    words, out = command.split(), []
     skip = False
     for i, word in enumerate(words):
         if skip:
