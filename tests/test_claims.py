@@ -239,7 +239,8 @@ def test_commands_are_shown_relative_to_the_repository():
         "python -m bench --quick --stem q"
     assert repo_command("/home/u/.venv/bin/python3.11 -m bench.trees --out bench/results/t.json", "") == \
         "python -m bench.trees --out bench/results/t.json"
-    assert repo_command(None, "python -m bench.whisper") == "python -m bench.whisper (the file does not record its options)"
+    unrecorded = "python -m bench.whisper (the file does not record its options)"
+    assert repo_command(None, "python -m bench.whisper") == unrecorded
 
 
 # --- the CLI and the benchmarks' own files ---
