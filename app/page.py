@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.figures.claims import CLAIMS_CSS
 from app.figures.race import RACE_CSS
 from app.figures.stats import STATS_CSS
 from app.shared import glossary
@@ -18,7 +19,7 @@ from app.tabs.generate import layout as generate_tab
 from app.tabs.learn import lessons
 from app.tabs.race import layout as race_tab
 
-CSS = STATS_CSS + RACE_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
+CSS = STATS_CSS + RACE_CSS + CLAIMS_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
 INTRO = """# SpecLab · watch speculative decoding think
 A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
 longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the

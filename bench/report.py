@@ -10,13 +10,16 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from .costs import alpha_from_tau, leviathan_speedup, speedup_with_verify_cost, t_of
+from .leviathan import theory_columns
 
 CODE_KINDS = ("code-writing", "code-editing")
 NOREC = ":norec"
 CUDA_KERNELS_NOTE = ("On CUDA nothing packs (the oneDNN packing is a CPU kernel): rows marked \"packed kernels\" and "
                      "rows marked \"stock kernels\" run the same PyTorch CUDA kernels, so the two × HF columns are two "
                      "measurements of one comparison and their difference is run-to-run noise.")
+THEORY_RULE = ("S Leviathan = S(α, γ, c) and S with t(n) (the measured verification cost t(γ+1) in place of 1), with "
+               "α solved for that prompt kind alone from the rounds that drafted γ tokens (bench/leviathan.py); – "
+               "where no round drafted γ or c was not measured")
 TAU_RULE = ("τ = new tokens ÷ target forward calls, the prefill call included on both sides (HF's first call is "
             "prefill and first verification at once; SpecLab's prefill is a call of its own)")
 
@@ -63,10 +66,6 @@ def method_rows(records: list[dict], methods: list[dict], costs: dict | None = N
     """One row per (method, prompt kind) with every column of the main table."""
     rows = []
     kinds = sorted({r["prompt_kind"] for r in records}, key=_kind_order)
-    c = (costs or {}).get("draft", {}).get("c") if costs else None
-    # Leviathan's α is solved from τ per verification forward: the trace's own τ, without the prefill call
-    verify_tau = {m["key"]: median([r.get("trace_tau") for r in records if r["method"] == m["key"]]) for m in methods}
-    curve = (costs or {}).get("target_curve")
     for m in methods:
         for kind in kinds:
             runs = [r for r in records if r["method"] == m["key"] and r["prompt_kind"] == kind]
@@ -89,17 +88,8 @@ def method_rows(records: list[dict], methods: list[dict], costs: dict | None = N
                    "identical": f"{sum(identical)}/{len(identical)}" if identical else "–", "runs": len(runs),
                    "first_divergence": sorted({r.get("first_divergence") for r in runs
                                                if r.get("first_divergence") is not None})}
-            gamma = m.get("gamma")
-            tau_v = verify_tau.get(m["key"]) or tau
-            if m.get("rule") == "static" and gamma and tau_v:
-                alpha = alpha_from_tau(tau_v, gamma)
-                cost = 0.0 if m["kind"] == "prompt-lookup" else c
-                if alpha is not None and cost is not None:
-                    row["alpha_from_tau"] = alpha
-                    row["S_leviathan"] = leviathan_speedup(alpha, gamma, cost)
-                    t_verify = t_of(curve, gamma + 1)
-                    if t_verify:
-                        row["S_with_t"] = speedup_with_verify_cost(alpha, gamma, cost, t_verify)
+            # Leviathan's α and S for this kind alone, from rounds that drafted γ tokens (bench/leviathan.py)
+            row.update(theory_columns(records, methods, costs, m["key"], kind))
             rows.append(row)
     return rows
 
@@ -213,7 +203,7 @@ def markdown(result: dict) -> str:
         models = run["models"]
         lines += [f"## {dtype}: target {models.get('target')}" + (f", draft {models['draft']}" if models.get("draft")
                                                                    else ""), ""]
-        lines += [f"{TAU_RULE}.", "",
+        lines += [f"{TAU_RULE}. {THEORY_RULE}.", "",
                   "| method | prompts | tok/s (median) | spread | × baseline | **× HF, same kernels** | "
                   "× HF as users run it (stock kernels) | τ | accept | speedup/τ | identical to greedy | "
                   "S Leviathan | S with t(n) |",

@@ -125,6 +125,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
                             if rnd.rule and "controller" in rnd.rule],
         "stop_reason": trace.stop_reason,
         "rounds_first_tokens": first_tokens,
+        "rounds": [[r.n_drafted, r.n_accepted] for r in trace.rounds],  # α by depth (bench/self_drafters.py)
     }
 
 

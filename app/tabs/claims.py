@@ -3,12 +3,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.figures.claims import claims_html
 from bench import claims as table
 
 
+def claims_page(results_dir: Path = table.RESULTS) -> str:
+    """The tab's HTML: the same headline table and histories `python -m bench.claims` writes to bench/CLAIMS.md."""
+    return claims_html(table.table(table.load_results(results_dir)))
+
+
 def claims_markdown(results_dir: Path = table.RESULTS) -> str:
-    """The same table `python -m bench.claims` writes to bench/CLAIMS.md, built from the results files now."""
-    return table.markdown(table.rows(table.load_results(results_dir)))
+    """bench/CLAIMS.md as it would be written from the results files now."""
+    return table.markdown(table.table(table.load_results(results_dir)))
 
 
 def build(results_dir: Path = table.RESULTS) -> None:
@@ -16,5 +22,5 @@ def build(results_dir: Path = table.RESULTS) -> None:
 
     from app.shared import glossary
 
-    gr.Markdown(claims_markdown(results_dir), elem_id="sl-claims")
+    gr.HTML(claims_page(results_dir), elem_id="sl-claims")
     glossary.build()
