@@ -48,6 +48,12 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")  # (..., out)
 
+    def __deepcopy__(self, memo) -> "PackedLinear":
+        """A packed weight is an opaque oneDNN tensor that copy.deepcopy cannot copy: re-pack a copy of the dense one."""
+        import copy
+
+        return PackedLinear(copy.deepcopy(self.to_linear(), memo), keep_dense=self.dense is not None)
+
     def to_linear(self) -> nn.Linear:
         linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
         weight = self.dense if self.dense is not None else nn.Parameter(self.packed.to_dense(), requires_grad=False)
@@ -75,6 +81,7 @@ def quantize_int8(model: nn.Module) -> int:
 
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+    unpack(model)  # from oneDNN's packed layout back to nn.Linear, which is what quantize_dynamic converts
     before = sum(isinstance(m, nn.Linear) for m in model.modules())
     with warnings.catch_warnings():  # torch.ao's eager quantization announces its move to torchao: still supported
         warnings.simplefilter("ignore")

@@ -19,10 +19,14 @@ def test_pair_arms_cover_the_issue_s_comparison():
     assert all(m.temperature == 1.0 for m in sampled) and all(m.key.endswith("@t1") for m in sampled)
 
 
-def test_speclab_arms_run_and_the_table_reads(tiny, drafts):
+def test_speclab_arms_run_and_the_table_reads():
+    from tiny import noisy_copy, tiny_llama
+
+    target = tiny_llama(layers=4)  # its own models: the bench packs the models it runs (session ones stay stock)
+    draft = noisy_copy(target, noise=0.02)
     methods = [m for m in controller.pair_methods(dict(controller.peers.ASSISTED_DEFAULTS), 0.0) if m.family == "ours"]
     prompts = [Prompt("a", "chat", "", [3, 9, 4, 1, 7]), Prompt("b", "code-writing", "", [10, 11, 12, 10, 11])]
-    records = run_suite(methods, {"target": tiny, "draft": drafts["noisy"]}, prompts, reps=1, max_new_tokens=12,
+    records = run_suite(methods, {"target": target, "draft": draft}, prompts, reps=1, max_new_tokens=12,
                         log=lambda *a: None, warmup=False)
     assert all(r["identical_to_baseline"] for r in records)
     rows = controller.rows(records, methods)

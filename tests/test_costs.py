@@ -15,6 +15,14 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def tiny():
+    """Its own model (stock kernels): the session's may have been packed by a bench test, and is deep-copied here."""
+    from tiny import tiny_llama
+
+    return tiny_llama(layers=4)
+
+
 def test_monotone_pools_adjacent_violators():
     assert costs.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
     assert costs.monotone([5.0, 1.0, 1.0]) == [7 / 3] * 3

@@ -100,3 +100,18 @@ def test_speculative_on_packed_models_equals_packed_baseline(drafter, rule, gamm
         assert trace.output_ids == baseline, prompt
         if drafter == "draft-model":
             assert trace.totals["acceptance_rate"] > 0.3  # the noisy copy is a useful draft: verification really ran
+
+
+def test_a_packed_model_deep_copies(tiny):
+    import copy
+
+    from tiny import tiny_llama
+
+    from decoders import kernels
+
+    model = tiny_llama(layers=2).model
+    kernels.pack(model)
+    twin = copy.deepcopy(model)
+    assert kernels.kernels_of(twin) == kernels.PACKED
+    ids = torch.tensor([[3, 9, 4]])
+    assert torch.equal(model(ids).logits, twin(ids).logits)
