@@ -5,15 +5,15 @@ c    = time of one draft forward over 1 token / time of one target forward over 
 S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))       Leviathan et al. 2023, Thm 3.8 (assumes t(γ+1) = 1)
 S_t(α, γ, c, t) = (1 − α^(γ+1)) / ((1 − α)(t(γ+1) + γc))   the same with the measured verification cost
                                                               (Sequoia's hardware-aware form for a chain)
-The forwards are made through SpecLab's own CachedModel (all n logits rows, as verification needs them); the
-cache is rolled back after every timed call, so each n is measured after the same context.
+The timing itself is decoders/costs.py's (one implementation for the app's controller and bench): SpecLab's own
+CachedModel forwards (all n logits rows, as verification needs them), rolled back after every timed call so each n
+is measured after the same context, repetitions interleaved over n, medians, and a non-decreasing fit.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
+
+from decoders import costs as decoder_costs
 
 from decoders.stats import alpha_from_tau, expected_speedup, expected_tokens  # noqa: F401  (one copy of the formulas)
 
@@ -29,60 +29,25 @@ def speedup_with_verify_cost(alpha: float, gamma: int, c: float, t_verify: float
     return expected_tokens(alpha, gamma) / (t_verify + gamma * c)
 
 
-def _time(fn, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
+def forward_cost_curve(model: torch.nn.Module, context: list[int], ns=QUICK_NS, repeats: int = 5) -> dict:
+    """t(n) as the results files keep it, measured by decoders/costs.py (the one timing of forwards): medians of
+    interleaved repetitions, and t made non-decreasing ("t"; the raw medians are in "t_raw")."""
+    timings = decoder_costs.time_forwards(model, tuple(ns), repeats, context_tokens=max(len(context), max(ns)),
+                                          trees=False)
+    seconds = timings["chain"]
+    base = seconds[min(ns)]
+    return {"context_tokens": max(len(context), max(ns)), "repeats": repeats,
+            "seconds": {str(n): v for n, v in seconds.items()},
+            "spread": {str(n): list(v) for n, v in timings["spread"].items()},
+            "t": {str(n): v for n, v in decoder_costs.smooth(seconds).items()},
+            "t_raw": {str(n): v / base for n, v in seconds.items()}}
 
 
-@torch.inference_mode()
-def forward_cost_curve(model: torch.nn.Module, context: list[int], ns=QUICK_NS, repeats: int = 3) -> dict:
-    """Median seconds of a forward over n tokens after `context`, for each n; interleaved over repeats."""
-    from decoders.runner import CachedModel
-
-    runner = CachedModel(model)
-    runner.forward(context, last_only=True)
-    vocab = model.config.vocab_size
-    samples = {n: [] for n in ns}
-    runner.forward([context[-1]])  # warm-up
-    runner.drop_last(1)
-    for _ in range(repeats):
-        for n in ns:
-            tokens = [(context[i % len(context)] + i) % vocab for i in range(n)]
-            t0 = time.perf_counter()
-            runner.forward(tokens)
-            samples[n].append(time.perf_counter() - t0)
-            runner.drop_last(n)
-    runner.release()
-    seconds = {n: statistics.median(v) for n, v in samples.items()}
-    base = seconds[ns[0]] if ns[0] == 1 else seconds[min(ns)]
-    return {"context_tokens": len(context), "repeats": repeats,
-            "seconds": {str(n): s for n, s in seconds.items()},
-            "spread": {str(n): [min(v), max(v)] for n, v in samples.items()},
-            "t": {str(n): s / base for n, s in seconds.items()}}
-
-
-@torch.inference_mode()
 def draft_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, context: list[int], repeats: int = 7) -> dict:
     """c = draft one-token step (last logits only, as the drafter runs it) / target one-token forward."""
-    from decoders.runner import CachedModel
-
-    out = {}
-    for name, model, last_only in (("target", target, False), ("draft", draft, True)):
-        runner = CachedModel(model)
-        runner.forward(context[:-1], last_only=True)
-
-        def step():
-            runner.forward([context[-1]], last_only=last_only)
-            runner.drop_last(1)
-
-        step()  # warm-up
-        out[name] = statistics.median(_time(step, repeats))
-        runner.release()
-    return {"target_seconds": out["target"], "draft_seconds": out["draft"], "c": out["draft"] / out["target"]}
+    target_s = decoder_costs.time_forwards(target, (1,), repeats, len(context), trees=False)["chain"][1]
+    draft_s = decoder_costs.time_forwards(draft, (1,), repeats, len(context), trees=False)["step"][1]
+    return {"target_seconds": target_s, "draft_seconds": draft_s, "c": draft_s / target_s}
 
 
 def t_of(curve: dict | None, n: int) -> float | None:

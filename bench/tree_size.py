@@ -1,17 +1,24 @@
-"""Pick EAGLE-2's tree shape (K, D, M) for this machine from the t(n) curve: `python -m bench.tree_size`.
+"""Which fixed EAGLE-2 tree shape (K, D, M) this machine would pick from its t(n): `python -m bench.tree_size`.
+
+The app and the Race no longer use a fixed CPU shape: the draft controller (decoders/controller.py) chooses how far
+to grow and how much to send every round. This sweep is the check on it: the best fixed shape for this machine, the
+papers' shape, and what each predicts and measures. A pick may be degenerate, and the table says so: K 1 is a chain
+(one candidate per step), M 1 a single draft token.
 
 The papers send M = 59 drafts per round, grown K = 10 wide and D = 6 deep, because on a GPU verifying 60 tokens
 costs about one token's forward. Here t(n) grows with n and every draft forward has its price, so each extra node
 and each extra step buys acceptance at a rising cost. The pick, made on the prompts' tuning split (never on the
 scored prompts):
 
-1. t(n): the target's forward over n tokens against one token, after a fixed context (bench/costs.py).
+1. t(n): the target's forward over n tokens against one token, after a fixed context (decoders/costs.py: 5
+   interleaved repetitions, median, made non-decreasing); the chain curve for K 1, the tree-mask curve (a branching
+   tree takes another code path) for K > 1.
 2. Per K: one EAGLE-2 run at the deepest D and the largest M on each tuning prompt. EAGLE-2 sends the M most
    valuable candidates, and a candidate's value never grows along its path, so the sent set is ancestor-closed;
-   a shallower tree's pool is the deeper one's first D steps. So under greedy decoding a tree of depth D and size
-   M would have accepted exactly the accepted-path nodes from steps <= D whose value rank among those steps' nodes
-   is <= M: one run gives every smaller (D, M), round by round (the rounds themselves would fall differently; their
-   mean is the estimate). K changes which nodes exist at all, so each K gets its own run.
+   a shallower tree's pool is the deeper one's first D steps. So in a round with the same context, a tree of depth
+   D and size M would accept the accepted-path nodes from steps <= D whose value rank among those steps' nodes is
+   <= M. Over a run this is an estimate, not an exact prediction: a smaller tree accepts less per round, so its
+   rounds start from other contexts. K changes which nodes exist at all, so each K gets its own run.
 3. Per (K, D, M): predicted tokens/s = (1 + mean accepted) / (growth s + t(1) s * t(M + 1)), where growth = the
    draft and bookkeeping seconds per round measured in K's run, scaled by D / the run's steps (an approximation:
    every expansion step is one draft forward over a K-wide frontier; checked by the measurement).
@@ -34,7 +41,8 @@ import torch
 
 from . import report
 from .__main__ import load_prompts
-from .costs import forward_cost_curve, t_of
+from decoders import costs
+
 from .runner import Prompt, mark_identity, ours, run_suite, set_threads
 from .trees import PAPER_EAGLE2, methods_for
 
@@ -67,14 +75,23 @@ def pool_size(k: int, depth: int) -> int:
     return k + (depth - 1) * k * k
 
 
-def predict(ranks: list[list[int]], fixed_seconds: float, t1_seconds: float, curve: dict,
+def verify_cost(curve, m: int, k: int | None) -> float | None:
+    """t(M + 1) from a decoders.costs.CostCurve (the tree-mask curve when the tree branches), or a plain
+    {"t": {n: t}} dict (tests); None beyond what was measured."""
+    if isinstance(curve, dict):
+        table = {int(n): t for n, t in curve["t"].items()}
+        return costs.interpolate(table, m + 1) if m + 1 <= max(table) else None
+    return curve.t(m + 1, tree=bool(k and k > 1)) if m + 1 <= max(curve.ns) else None
+
+
+def predict(ranks: list[list[int]], fixed_seconds: float, t1_seconds: float, curve,
             candidates=CANDIDATES, k: int | None = None, depth: int | None = None) -> list[dict]:
     """Per M: tokens per round (accepted + the target's own token), seconds per round, tokens/s, and the ratio to
     the baseline's 1 / t(1). `fixed_seconds`: growth (draft + bookkeeping) per round, which does not depend on M.
     With k and depth given, sizes beyond the pool are left out (the tree they send is the whole pool)."""
     rows = []
     for m in candidates:
-        t_verify = t_of(curve, m + 1)
+        t_verify = verify_cost(curve, m, k)
         if t_verify is None or not ranks or (k and depth and m > pool_size(k, depth)):
             continue
         tokens = 1 + statistics.mean(sum(r <= m for r in round_ranks) for round_ranks in ranks)
@@ -117,7 +134,7 @@ def probe(models: dict, prompts: list[Prompt], k: int, depth: int, max_m: int, h
     return traces, statistics.median(per_step) if per_step else 0.0
 
 
-def predict_grid(traces_by_k: dict, per_step_by_k: dict, depths, t1: float, curve: dict, candidates) -> list[dict]:
+def predict_grid(traces_by_k: dict, per_step_by_k: dict, depths, t1: float, curve, candidates) -> list[dict]:
     rows = []
     for k, traces in traces_by_k.items():
         for depth in depths:
@@ -148,28 +165,42 @@ def markdown(result: dict) -> str:
              f"prompts × {s['reps']} repetitions × {s['max_new_tokens']} new tokens · greedy · K in "
              f"{', '.join(map(str, s['ks']))}, D in {', '.join(map(str, s['depths']))} · {s['threads']} threads · "
              f"{s['machine']} · {s['minutes']:.0f} min", "",
-             f"t(1) = {s['t1_ms']:.1f} ms. Growth = draft + bookkeeping seconds per round (per-step median of K's "
-             "probe run × D). Predicted from the probe runs' accepted-path value ranks and the measured t(n) (see "
-             "the module's docstring); each (K, D) is shown at its best predicted M, plus every measured shape. "
-             "Measured speed-up = median per-repetition ratio to the baseline of the same prompt.", "",
+             f"t(1) = {s['t1_ms']:.1f} ms; t(n) from {s.get('cost_repeats', 3)} interleaved repetitions, made "
+             "non-decreasing (decoders/costs.py; the tree-mask curve for K > 1). Growth = draft + bookkeeping seconds "
+             "per round (per-step median of K's probe run × D). Predicted from the probe runs' accepted-path value "
+             "ranks and t(n): an estimate (see the module's docstring); each (K, D) is shown at its best predicted M, "
+             "plus every measured shape. K 1 is a chain, not a tree; M 1 sends a single draft token. Measured "
+             "speed-up = median per-repetition ratio to the baseline of the same prompt.", "",
              "| K | D | M | growth / round | t(M+1) | predicted tokens / round | predicted speed-up | "
              "measured speed-up | measured τ | same as baseline |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in table_rows(result):
         m = measured.get(shape_of(row), {})
         mark = " **(picked)**" if shape_of(row) == picked else " (paper)" if shape_of(row) == PAPER else ""
+        mark += degenerate(shape_of(row))
         lines.append(f"| {row['k']} | {row['depth']} | {row['m']}{mark} | {1000 * row['growth_s']:.0f} ms | "
                      f"{row['t_verify']:.2f} | {row['tokens_per_round']:.2f} | {row['speedup']:.2f}× | "
                      f"{report._f(m.get('speedup'), 2, '×')} | {report._f(m.get('tau'))} | "
                      f"{m.get('identical', '—')} |")
     best = max(result["measured"], key=lambda r: r["speedup"] or 0, default=None)
     if best:
-        lines += ["", f"Picked K {picked[0]}, D {picked[1]}, M {picked[2]} (predicted); the measured best was "
-                      f"K {best['shape'][0]}, D {best['shape'][1]}, M {best['shape'][2]} ({best['speedup']:.2f}×)."]
+        lines += ["", f"Picked K {picked[0]}, D {picked[1]}, M {picked[2]}{degenerate(picked)} (predicted); the "
+                      f"measured best was K {best['shape'][0]}, D {best['shape'][1]}, M {best['shape'][2]}"
+                      f"{degenerate(tuple(best['shape']))} ({best['speedup']:.2f}×)."]
     chain = result.get("chain")
     if best and chain and chain.get("speedup"):
         lines.append(f"The chain drafter in the same run, {chain['label']}: {chain['speedup']:.2f}×; the best "
                      f"measured tree ÷ the chain = {best['speedup'] / chain['speedup']:.2f}×.")
     return "\n".join(lines) + "\n"
+
+
+def degenerate(shape: tuple[int, int, int]) -> str:
+    """What a shape really is when it is not a tree."""
+    k, depth, m = shape
+    if m == 1:
+        return " (a single draft token)"
+    if k == 1:
+        return f" (a chain of {min(depth, m)}, not a tree)"
+    return ""
 
 
 def _ints(text: str) -> list[int]:
@@ -186,6 +217,7 @@ def main(argv=None) -> int:
     parser.add_argument("--per-kind", type=int, default=2)
     parser.add_argument("--kinds", default="chat,code-writing,code-editing")
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--cost-repeats", type=int, default=5, help="repetitions of each t(n) timing (median)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None, help="output stem (default bench/results/tree-size-<target>)")
@@ -209,8 +241,9 @@ def main(argv=None) -> int:
     for prompt in tuning + scored:
         prompt.ids = models["target"].encode_prompt(prompt.text, chat=True)
     began = time.monotonic()
-    curve = forward_cost_curve(models["target"].model, tuning[0].ids, ns=sorted({1, *(m + 1 for m in candidates)}))
-    t1 = curve["seconds"]["1"]
+    curve = costs.measure(models["target"], refresh=True, ns=tuple(sorted({1, *(m + 1 for m in candidates)})),
+                          repeats=args.cost_repeats)
+    t1 = curve.step_seconds
     traces, per_step = {}, {}
     for k in ks:
         traces[k], per_step[k] = probe(models, tuning, k, max(depths), max(candidates), head, args.max_new_tokens)
@@ -233,12 +266,13 @@ def main(argv=None) -> int:
     result = {"settings": {"target": args.target, "grower": "draft model" if draft_name else "EAGLE head",
                            "dtype": "float32", "ks": ks, "depths": depths, "candidates": candidates,
                            "tuning_prompts": len(tuning), "prompts": len(scored), "reps": args.reps,
+                           "cost_repeats": args.cost_repeats,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}", "t1_ms": 1000 * t1,
                            "growth_ms_per_step": {str(k): 1000 * v for k, v in per_step.items()},
                            "command": " ".join(["python -m bench.tree_size", *(argv if argv is not None else sys.argv[1:])]),
                            "minutes": (time.monotonic() - began) / 60},
-              "curve": curve, "predicted": predicted, "picked": list(shape_of(pick(predicted))),
+              "curve": curve.to_dict(), "predicted": predicted, "picked": list(shape_of(pick(predicted))),
               "measured": measured, "records": records,
               "chain": {"label": chain.label, "speedup": report.ratio_over(records, chain.key, "ours/baseline")["median"]}}
     stem = Path(args.out) if args.out else RESULTS / f"tree-size-{args.target}"

@@ -123,8 +123,9 @@ def branching_tree(pending: int, n: int, vocab: int) -> DraftTree:
 
 @torch.inference_mode()
 def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
-                  context_tokens: int = DEFAULT_CONTEXT) -> dict:
-    """Median seconds per n for chain and tree forwards and for a last-logits one-token step, interleaved."""
+                  context_tokens: int = DEFAULT_CONTEXT, trees: bool = True) -> dict:
+    """Median seconds per n for chain (and, with `trees`, tree-mask) forwards and for a last-logits one-token step,
+    interleaved."""
     from .runner import CachedModel
 
     if max(ns) > context_tokens:
@@ -149,10 +150,11 @@ def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_
             timed("step", 1, lambda: runner.forward(context[:1], last_only=True))
             for n in ns:
                 timed("chain", n, lambda: runner.forward(context[:n]))
-                timed("tree", n, lambda: runner.forward_tree(branching_tree(context[0], n - 1, vocab)))
+                if trees:
+                    timed("tree", n, lambda: runner.forward_tree(branching_tree(context[0], n - 1, vocab)))
     finally:
         runner.release()
-    medians = {kind: {n: statistics.median(v) for n, v in per_n.items()} for kind, per_n in samples.items()}
+    medians = {kind: {n: statistics.median(v) for n, v in per_n.items() if v} for kind, per_n in samples.items()}
     return medians | {"spread": {n: (min(v), max(v)) for n, v in samples["chain"].items()}}
 
 
