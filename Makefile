@@ -22,7 +22,7 @@ demo: setup
 	$(PY) app.py
 
 test: setup browser speech
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # Headless Chromium for tests/test_browser.py, from Debian's packages (Playwright never downloads a browser).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

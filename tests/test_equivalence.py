@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from baselines import baseline_ids
 from decoders import DecodeOptions, generate
 
 PROMPTS = [[7], [3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]  # the last one repeats: lookup matches
@@ -17,10 +18,6 @@ RULES = [("static", 1), ("static", 3), ("static", 5), ("heuristic", 2), ("max-co
 CASES = ([("draft-model", kind, rule, gamma) for kind in ("same", "noisy", "unrelated") for rule, gamma in RULES]
          + [("prompt-lookup", None, "static", 4), ("prompt-lookup", None, "heuristic", 2)]
          + [("layer-skip", None, rule, gamma) for rule, gamma in RULES[1:]])
-
-
-def baseline_ids(lm, prompt, length) -> list[int]:
-    return generate(DecodeOptions(max_new_tokens=length), prompt, target=lm).output_ids
 
 
 def hf_greedy(lm, prompt, length) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from baselines import baseline_ids  # noqa: F401  (re-exported for the tree tests)
 from decoders import DecodeOptions, generate
 from decoders.sampling import Warp
 
@@ -20,10 +21,6 @@ TREES = {
 
 def tree_options(settings: dict, **more) -> DecodeOptions:
     return DecodeOptions(method="speculative", **{**settings, **more})
-
-
-def baseline_ids(lm, prompt, length) -> list[int]:
-    return generate(DecodeOptions(max_new_tokens=length), prompt, target=lm).output_ids
 
 
 
