@@ -40,10 +40,12 @@ def pair_methods(assisted_tuned: dict, temperature: float) -> list[Method]:
     t = {"temperature": temperature} if temperature else {}
     suffix = "@t1" if temperature else ""
     base = [ours("ours/baseline" + suffix, "SpecLab baseline", "baseline", **t),
-            ours("ours/chain-cost" + suffix, "SpecLab draft model · AdaEDL · cost-aware cap (controller)",
-                 "draft-model", rule="adaedl", **COST, **t),
+            ours("ours/chain-cost" + suffix, "SpecLab draft model · AdaEDL · cost-aware cap (controller; draft "
+                 "int8 where measured faster)", "draft-model", rule="adaedl", **COST, **t),
             ours("ours/tree-cost" + suffix, "SpecLab EAGLE-2 tree · cost-aware (controller)", "eagle2",
                  **TREE_BOUNDS, **COST, **t),
+            ours("ours/chain-cost-f32" + suffix, "SpecLab draft model · AdaEDL · cost-aware cap, float32 draft",
+                 "draft-model", rule="adaedl", draft_quant="none", **COST, **t),
             ours("ours/adaedl-8" + suffix, "SpecLab draft model · AdaEDL L_max 8 (fixed)", "draft-model",
                  rule="adaedl", max_draft=8, **t),
             ours("ours/static-4" + suffix, "SpecLab draft model · static γ=4 (fixed)", "draft-model", rule="static",

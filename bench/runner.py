@@ -89,9 +89,10 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
 
     options = DecodeOptions(model=getattr(target, "name", "target"), max_new_tokens=max_new_tokens,
                             record=method.record, temperature=method.temperature, seed=seed, **method.options)
+    draft = quantized_draft(options, draft) if method.needs_draft else None
     start = time.perf_counter()
     trace = None
-    for trace in stream(options, prompt.ids, target=target, draft=draft if method.needs_draft else None):
+    for trace in stream(options, prompt.ids, target=target, draft=draft):
         pass
     end = time.perf_counter()
     totals = trace.totals
@@ -127,6 +128,19 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "rounds_first_tokens": first_tokens,
         "rounds": [[r.n_drafted, r.n_accepted] for r in trace.rounds],  # α by depth (bench/self_drafters.py)
     }
+
+
+def quantized_draft(options, draft):
+    """The draft as the API would load it for these options: int8 where draft_quant asks for it (or, for "auto",
+    where this machine measured it faster; decoders/quantize.py). Only registry drafts: tests' tiny ones stay."""
+    from decoders import models, quantize
+
+    if draft is None or options.draft_quant == "none" or getattr(draft, "name", None) not in models.REGISTRY \
+            or draft.dtype != torch.float32 or draft.device.type != "cpu":
+        return draft
+    quant = quantize.resolve(options.draft_quant, draft.name, "cpu",
+                             lambda name, q: models.load_model(name, dtype="float32", quant=q))
+    return models.load_model(draft.name, dtype="float32", quant=quant) if quant else draft
 
 
 def forwards_with_prefill(verify_forwards: int, prompt_len: int) -> int:
