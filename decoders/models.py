@@ -240,7 +240,7 @@ def _load_within_budget(key: tuple, dtype: torch.dtype, device: torch.device, sa
     if before is not None:
         say(f"loading {name} again (it was unloaded to stay within the {gb_text(budget)} memory budget)")
     _RESIDENT.make_room(device, before or _estimated_bytes(name, dtype), budget, say)  # before the peak, if known
-    loaded = _load(name, dtype, device, say, quant=key[3] if len(key) > 3 else None)
+    loaded = _load(name, dtype, device, say, *key[3:])  # key[3]: the quantization, when there is one
     nbytes = model_bytes(loaded.model)
     _RESIDENT.add(key, loaded, nbytes)
     _RESIDENT.make_room(device, 0, budget, say, keep=key)  # the exact size is known now
