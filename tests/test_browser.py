@@ -70,7 +70,7 @@ def test_run_streams_tree_and_text(page):
     choose(page, "Drafter", "layer-skip")  # the page opens on an EAGLE-2 tree; AdaEDL fills the rule panel
     page.wait_for_timeout(1000)  # the rule choices follow the drafter
     choose(page, "Draft-length rule", "adaedl")
-    page.get_by_label("float32").check()  # exact greedy equality; the page default is bfloat16
+    page.get_by_label("float32", exact=True).check()  # the explicit choice (auto is float32 too)
     page.click("#sl-run")
     page.wait_for_function("document.querySelector('#sl-status').innerText.includes('Decoding:')")
     page.wait_for_function("document.querySelectorAll('#sl-text span.token').length > 3")
