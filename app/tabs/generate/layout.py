@@ -266,13 +266,17 @@ def build(demo: gr.Blocks) -> dict:
     # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
     c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
     round_list = [outs[n] for n in ROUND_OUTPUTS]
-    o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
-                      [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
+    round_tuple = as_tuple(ROUND_OUTPUTS, outs)
+
+    def round_fn(tr, value):  # one render per slider move, spread over the four round views
+        return round_tuple(handlers.show_round(tr, value))
+
+    o["slider"].input(round_fn, [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
     sel_names = ROUND_OUTPUTS + ("slider",)
+    sel_tuple = as_tuple(sel_names, outs)
 
     def select_fn(tr, evt: gr.SelectData):
-        result = handlers.select_token(tr, evt)
-        return tuple(result.get(n, gr.skip()) for n in sel_names)
+        return sel_tuple(handlers.select_token(tr, evt))
 
     o["text"].select(select_fn, [state], [outs[n] for n in sel_names], api_name="select_token")
     c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
