@@ -6,7 +6,14 @@ import gradio as gr
 from app.figures.race import leviathan_figure, race_table_html, speed_figure
 from app.shared import glossary
 from app.shared.wiring import as_tuple, with_specials
+from app.tabs.generate.controls import OPENING
 from app.tabs.race import runs as race
+
+
+def race_tokens_help() -> str:
+    """What the race runs, from the constants it runs with (runs.WARMUP_TOKENS, runs.TIMED_RUNS)."""
+    return (f"Tokens per timed run. Each method (the baseline too) first runs a {race.WARMUP_TOKENS}-token warm-up, "
+            f"then {race.TIMED_RUNS} timed runs of this length; the table shows the median run and the range.")
 
 
 def build(c: dict) -> None:
@@ -24,8 +31,7 @@ def build(c: dict) -> None:
                                         "tab draws each choice). K D M = children per node, depth, draft nodes "
                                         "verified; the papers' K10 D6 M59 assume a GPU.")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
-                                info="Tokens per run; each method runs a short warm-up, then three timed runs "
-                                     "(the table shows the median and the range).")
+                                info=race_tokens_help())
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
     r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
          "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
@@ -33,6 +39,10 @@ def build(c: dict) -> None:
         r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
         r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
     r["race_verdicts"] = gr.Markdown("", elem_id="sl-race-verdicts")  # one sentence per method (app/tabs/race/verdicts.py)
+    costs = race.cost_views(OPENING.model, OPENING.dtype)  # this machine's t(n) beside the H100's (curves.py)
+    r["race_costs_note"] = gr.Markdown(costs["race_costs_note"], elem_id="sl-race-costs-note")
+    r["race_costs"] = gr.Plot(costs["race_costs"], label="Why a method wins on one machine and loses on another",
+                              elem_id="sl-race-costs")
     glossary.build()
     to_tuple = as_tuple(race.RACE_OUTPUTS, r)
     inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]

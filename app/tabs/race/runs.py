@@ -22,13 +22,16 @@ from app.shared.hosting import gpu
 from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.tabs.generate.controls import DEFAULT_DRAFT
 from app.shared.hosting import check_model_allowed
-from app.figures.race import leviathan_figure, race_row, race_table_html, speed_figure
+from app.figures.race import cost_curves_figure, cost_curves_note, leviathan_figure, race_row, race_table_html, \
+    speed_figure
+from app.tabs.race import curves
 from app.figures.stats import totals
 from app.tabs.race.verdicts import verdicts_markdown, verify_ratio
 from app.tabs.generate.views import error_html
 from app.shared.decode_slot import DECODE_SLOT
 
-RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts")
+RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts", "race_costs",
+                "race_costs_note")
 RACE_INPUTS = ("prompt", "model", "dtype", "draft_model", "methods", "max_new_tokens", "temperature", "seed")
 MAX_METHODS = 3
 WARMUP_TOKENS = 8
@@ -157,7 +160,14 @@ def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
             f"{TIMED_RUNS} timed runs)…"
         yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
                "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
-               "race_error": _mismatch_error(rows)}
+               "race_error": _mismatch_error(rows), **(cost_views(runs[0].model, runs[0].dtype) if done else {})}
+
+
+def cost_views(model: str, dtype: str) -> dict:
+    """The t(n) panel for the raced target: this machine's curve (a cost-aware run has just measured it, if it never
+    was) beside the H100's from bench/results."""
+    here, elsewhere = curves.this_machine(model, dtype), curves.measured_elsewhere()
+    return {"race_costs": cost_curves_figure(here, elsewhere), "race_costs_note": cost_curves_note(here, elsewhere)}
 
 
 def _mismatch_error(rows: list[dict]) -> str:
