@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -263,5 +263,5 @@ def summary_line(trace: BeamTrace | None) -> str:
     if speed:
         parts.append(f"{speed:.1f} tokens/s")
     if trace.stop_reason:
-        parts.append(f"stopped: {trace.stop_reason}")
+        parts.append(stop_words(trace.stop_reason))
     return " · ".join(parts)

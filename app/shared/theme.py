@@ -185,3 +185,13 @@ def empty_figure(message: str, height: int = 300, width: int = 40) -> go.Figure:
     fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=20, b=10))
     return describe(fig, message)
+
+
+# Why a run ended, in words (decoders write the identifiers: loop.py, beams/search.py, beams/dsbd.py).
+STOP_WORDS = {"eos": "finished at end-of-sequence", "max_new_tokens": "reached the max new tokens",
+              "cancelled": "stopped by the user", "context": "stopped at the context limit"}
+
+
+def stop_words(reason: str | None) -> str:
+    """A stop reason as a person would say it; an identifier not in STOP_WORDS keeps its words, never underscores."""
+    return STOP_WORDS.get(reason or "", str(reason or "").replace("_", " "))

@@ -19,6 +19,7 @@ from app.shared.hosting import check_model_allowed, gpu
 from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import RunSession
+from app.shared.theme import stop_words
 from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
 
@@ -238,8 +239,7 @@ def _status(trace: Trace) -> str:
     if trace.stop_reason == "cancelled":
         return (f"Stopped: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype}); the decoder closed and freed "
                 "its caches.")
-    done = {"eos": "finished at end-of-sequence", "max_new_tokens": "finished (max new tokens)",
-            "context": "stopped at the context limit"}.get(trace.stop_reason)
+    done = stop_words(trace.stop_reason) if trace.stop_reason else None
     return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype})" + \
         (f" · {done}" if done else "…")
 

@@ -63,6 +63,11 @@ PRESETS = {
     "DSBD · width 4 (temperature > 0)": dict(method="dsbd", width=4, gamma=4),
 }
 DEFAULT_METHODS = ["prompt lookup · cost-aware length", "prompt lookup · static γ=4"]
+# The default race, chosen by measurement (bench/race_defaults.py; the numbers are in bench/results/race-defaults.md):
+# a code edit, where prompt lookup has the unchanged lines to copy, on the model that races in about a minute here.
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_PROMPT = ("Rewrite this code with the variable `x` renamed to `total`, and change nothing else:\n\n"
+                  "def add_all(values):\n    x = 0\n    for v in values:\n        x = x + v\n    return x\n")
 
 
 def race_options(values: dict) -> list[DecodeOptions]:
