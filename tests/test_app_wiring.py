@@ -115,3 +115,29 @@ def test_race_runs_each_method_once_per_click(events, monkeypatch, trace):
     args = ["hello", "smollm2-135m", "float32", None, ["prompt lookup · static γ=4"], 16, 0.0, 0]
     list(events["race"](*args, None, lambda *a, **k: None))
     assert calls == [2], f"one Race click raced {calls}"
+
+
+def test_handled_errors_reach_the_server_log(caplog):
+    """The page shows one sentence; the server log gets it too, and an unexpected error's traceback."""
+    import logging
+
+    from app.shared.errors import log_handled
+
+    values = {name: None for name in handlers.RUN_INPUTS}
+    values.update(prompt="hello", model="smollm2-135m", method="baseline", max_new_tokens=0)
+    with caplog.at_level(logging.WARNING, logger="speclab.app"):
+        updates = list(handlers.run(*(values[n] for n in handlers.RUN_INPUTS), progress=lambda *a, **k: None))
+        race_updates = list(race.race("hi", "smollm2-135m", "auto", None, [], 16, 0.0, 0,
+                                      progress=lambda *a, **k: None))
+        try:
+            raise KeyError("boom")
+        except KeyError as err:
+            log_handled("Generate", "Unexpected error (KeyError): 'boom'", err, unexpected=True)
+    assert "at least 1 new token" in updates[-1]["error"] and "pick at least one method" in \
+        race_updates[-1]["race_error"]
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "speclab.app"]
+    assert any(level == "WARNING" and text.startswith("Generate: max_new_tokens must be") and "at least 1" in text
+               for level, text in logged)
+    assert any(level == "WARNING" and text.startswith("Race: pick at least one method") for level, text in logged)
+    unexpected = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert unexpected and unexpected[0].exc_info and "KeyError" in caplog.text

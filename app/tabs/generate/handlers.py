@@ -15,6 +15,7 @@ from decoders.trace import Trace, TraceError
 
 from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD
 from app.shared.decode_slot import DECODE_SLOT
+from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.figures.text import round_of_span
@@ -193,9 +194,9 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
     except OptionsError as err:
         yield _error(str(err))
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
-        yield _error(f"{type(err).__name__}: {err}")
-    except Exception as err:  # never a traceback in the page; the server log keeps the details
-        yield _error(f"Unexpected error ({type(err).__name__}): {err}")
+        yield _error(f"{type(err).__name__}: {err}", err)
+    except Exception as err:  # never a traceback in the page; the server log keeps the details (_error)
+        yield _error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
 def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
@@ -244,7 +245,8 @@ def _status(trace: Trace) -> str:
         (f" · {done}" if done else "…")
 
 
-def _error(message: str) -> dict:
+def _error(message: str, err: BaseException | None = None, unexpected: bool = False) -> dict:
+    log_handled("Generate", message, err, unexpected)  # the server log gets what the page shows
     gr.Warning(message)
     return {"status": "Not run: see the message.", "error": error_html(message)}
 
@@ -307,9 +309,10 @@ def load_trace(path: str | None, origin: str = "uploaded") -> dict:
         views = full_views(trace, status=f"Replaying {_article(origin)} {origin} trace ({trace.label}); "
                                          "no model needed.")
     except TraceError as err:
-        return _error(f"Could not load the trace: {err}")
+        return _error(f"Could not load the trace: {err}", err)
     except Exception as err:  # a file that validates but cannot be drawn (wrong value types)
-        return _error(f"Could not load the trace: it does not match the trace format ({type(err).__name__}: {err})")
+        return _error(f"Could not load the trace: it does not match the trace format ({type(err).__name__}: {err})",
+                      err, unexpected=True)
     views["download"] = str(path)
     return views
 

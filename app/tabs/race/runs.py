@@ -29,6 +29,7 @@ from app.figures.stats import totals
 from app.tabs.race.verdicts import verdicts_markdown, verify_ratio
 from app.tabs.generate.views import error_html
 from app.shared.decode_slot import DECODE_SLOT
+from app.shared.errors import log_handled
 
 RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts", "race_costs",
                 "race_costs_note")
@@ -145,9 +146,9 @@ def race(*values, progress=gr.Progress()) -> Iterator[dict]:
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
-        yield _race_error(f"{type(err).__name__}: {err}")
-    except Exception as err:  # never a traceback in the page
-        yield _race_error(f"Unexpected error ({type(err).__name__}): {err}")
+        yield _race_error(f"{type(err).__name__}: {err}", err)
+    except Exception as err:  # never a traceback in the page; the server log keeps it (_race_error)
+        yield _race_error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
 def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
@@ -201,6 +202,7 @@ def _label(options: DecodeOptions) -> str:
     return label(options)
 
 
-def _race_error(message: str) -> dict:
+def _race_error(message: str, err: BaseException | None = None, unexpected: bool = False) -> dict:
+    log_handled("Race", message, err, unexpected)
     gr.Warning(message)
     return {"race_status": "Not run: see the message.", "race_error": error_html(message)}
