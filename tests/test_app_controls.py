@@ -120,12 +120,20 @@ def test_max_confidence_starts_from_the_same_lambda_in_generate_and_race():
     assert start(generate) == start(raced) == 0.4
 
 
-def test_opening_values_are_decode_options_defaults():
-    defaults = DecodeOptions()
-    for field in ("model", "gamma", "max_draft", "ngram", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
-                  "dtype", "chat"):
-        assert opening_value(field) == getattr(defaults, field), field
+def test_opening_values_are_the_opening_recordings_own():
+    """Issue 24: Run on the opening page decoded another length and precision than the recording it showed, so the
+    text parted from the recording after ~25 tokens. Every control now starts on the recording's own options."""
+    from app.tabs.generate.controls import OPENING_TRACE, recorded_options
+    from app.tabs.generate.views import read_trace_file
+    from app.tabs.generate.layout import ASSETS
+
+    stored = read_trace_file(ASSETS / "traces" / OPENING_TRACE).options
+    for field in ("model", "method", "drafter", "gamma", "max_draft", "ngram", "max_new_tokens", "temperature", "top_k",
+                  "top_p", "seed", "dtype", "chat", "tree_k", "tree_depth", "tree_m"):
+        assert getattr(OPENING, field) == stored[field], field
+    assert opening_value("max_new_tokens") == stored["max_new_tokens"] and opening_value("dtype") == stored["dtype"]
     assert opening_value("lam") == (lam_for(OPENING.rule) or lam_for(RESTING_LAM_RULE))
+    assert recorded_options(ASSETS / "traces" / "no-such-file.json").method == "speculative"  # the fallback
 
 
 def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
@@ -146,7 +154,7 @@ def test_the_page_shows_the_opening_values():
 
     config = build_demo().get_config_file()
     by_label = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
-    assert by_label["max new tokens"]["value"] == DecodeOptions().max_new_tokens
+    assert by_label["max new tokens"]["value"] == OPENING.max_new_tokens
     assert by_label["initial λ"]["value"] == lam_for(RESTING_LAM_RULE)
     assert by_label["initial λ"]["visible"] is False  # a tree has no draft-length rule, so no λ ...
     assert by_label["γ (draft length)"]["visible"] is False  # ... and no γ: its shape bounds its depth
@@ -224,3 +232,14 @@ def test_tree_controls_map_onto_the_papers_options():
     assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m", "ddd_x", "ddd_steps", "ddd_width")] == \
         [10, 6, 59, -0.3, 11, 10]  # EAGLE-2's K, D, M and DDD's x, n, w, as the papers set them
     assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_HEAD  # SmolLM2's head
+
+
+def test_the_opening_status_says_what_is_shown_and_what_run_does():
+    from app.tabs.generate.controls import OPENING_TRACE
+    from app.tabs.generate.layout import ASSETS, opening_status
+    from app.tabs.generate.views import read_trace_file
+
+    trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    status = opening_status(trace)
+    assert trace.label in status and trace.options["model"] in status and trace.options["dtype"] in status
+    assert f"{trace.options['max_new_tokens']} new tokens" in status and "press **Run** to decode it live" in status

@@ -8,7 +8,9 @@ gradio): layout.py turns the states into gr.update.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import fields, replace
+from pathlib import Path
 
 from decoders.options import DecodeOptions, fields_in_use, initial_lam, rules_for
 from decoders import registry
@@ -18,10 +20,24 @@ DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the regi
 # What a tree grows from (the eagle_head control): the draft model (eagle_head None) or the target's EAGLE head.
 FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
 TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
-# The page opens on a tree (what visitors come to see): EAGLE-2 with the papers' K, D, M, grown by SmolLM2's shipped
-# EAGLE head, the settings of the recorded run it shows (app/tabs/generate/views.py OPENING_TRACE), so Run repeats it live. Every
-# other starting value is DecodeOptions' default.
-OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
+# The recorded run the page opens on (assets/traces; its README says how it was made), and the controls' starting
+# values: that run's own options, every one of them (length and precision included), so Run repeats it live.
+OPENING_TRACE = "eagle2-head-chat.json"
+FALLBACK_OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
+
+
+def recorded_options(path: Path) -> DecodeOptions:
+    """The DecodeOptions a recorded trace was made with (the fallback when the file is missing or unreadable)."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))["options"]
+        known = {f.name for f in fields(DecodeOptions)}
+        return replace(DecodeOptions.from_dict({k: v for k, v in stored.items() if k in known}), record=True,
+                       device="auto").validate()
+    except Exception:  # no such file, or options this version no longer accepts: open on the defaults' tree
+        return FALLBACK_OPENING
+
+
+OPENING = recorded_options(Path(__file__).resolve().parents[3] / "assets" / "traces" / OPENING_TRACE)
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")

@@ -18,8 +18,7 @@ from app.figures.tree import tree_figure
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
            "download", "legend")
 ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
-# The recorded run the page opens on: an EAGLE-2 tree grown by SmolLM2's EAGLE head (controls.OPENING's settings).
-OPENING_TRACE = "eagle2-head-chat.json"
+from app.tabs.generate.controls import OPENING_TRACE  # noqa: E402  the recorded run the page opens on (controls.py)
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 
