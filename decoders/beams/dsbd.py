@@ -20,9 +20,9 @@ from torch import nn
 
 from ..sampling import Warp, uniform
 from ..verify import acceptance_probability, residual
-from .forest import Forest, forest_forward, keep_paths
+from .forest import Forest, draft_forest_layer, forest_forward, keep_paths
 from .search import BeamResult, joint_distribution, last
-from .state import BeamRows, FinishedPool, extend, fork
+from .state import BeamRows, FinishedPool, PeakMeter, extend
 from .width import acceptance_count_distribution, choose_width
 
 
@@ -106,8 +106,11 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
               eos_ids: set[int], warp: Warp, generator: torch.Generator) -> Iterator[BeamResult]:
     """Decode with DSBD; result.steps holds one record per iteration (the beam trace's forest, widths, beams)."""
     target_rows, draft_rows = BeamRows(target), BeamRows(draft)
+    meter = PeakMeter(target_rows, draft_rows)  # KV held by both caches, read right after every forward
     target_rows.prefill(prompt_ids)
+    meter.note()
     draft_rows.prefill(prompt_ids)
+    meter.note()
     n_out = 1 if settings.one_input_beam else settings.width
     pool = FinishedPool(n_out)
     beams, scores = [list(prompt_ids)], [0.0]  # the input beams (pending token last) and their target scores
@@ -117,7 +120,7 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
         gamma = min(settings.gamma, max_new_tokens - produced - 1)  # never overshoot: ℓ accepted + 1 drawn
         prefix = target_rows.length  # before the forest forward appends its block
         record = _iteration(target_rows, draft_rows, beams, scores, gamma, settings, n_out, eos_ids, warp,
-                            generator)
+                            generator, meter)
         new_beams: list[_Beam] = record.pop("_beams")
         ended: list[_Beam] = record.pop("_ended")  # beams that drew EOS on a layer that passed
         result.target_forwards += 1
@@ -126,6 +129,7 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
             keep_paths(target_rows, prefix, [b.root for b in new_beams], [[0] + b.columns for b in new_beams])
             draft_rows.reorder([b.root for b in new_beams])
             extend(draft_rows, [[beams[b.root][-1]] + b.tokens[:-1] for b in new_beams])
+            meter.note()
         live = [i for i, b in enumerate(new_beams) if b.tokens[-1] not in eos_ids]
         for beam in ended + [b for b in new_beams if b.tokens[-1] in eos_ids]:
             finished = beams[beam.root][len(prompt_ids):] + beam.tokens
@@ -133,7 +137,7 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
         record["finished"] = [(c.tokens, c.score) for c in pool.items]
         record["kv_bytes"] = {"target": target_rows.kv_bytes(), "draft": draft_rows.kv_bytes()}
         record["target_rows"] = target_rows.rows  # live beams the target cache holds going forward
-        result.peak_kv_bytes = max(result.peak_kv_bytes, target_rows.kv_bytes() + draft_rows.kv_bytes())
+        result.peak_kv_bytes = meter.peak  # the draft forest and the target's scored forest included
         result.steps.append(record)
         yield result  # live: after every iteration
         beams = [beams[new_beams[i].root] + new_beams[i].tokens for i in live]
@@ -157,35 +161,63 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
 
 
 def _draft_layers(draft_rows: BeamRows, pending: list[int], scores: list[float], gamma: int, width: int,
-                  warp: Warp, generator: torch.Generator) -> tuple[list[_Draft], int]:
-    """Beam sampling with the draft for γ layers (i.i.d. draws, the draft's own scores after layer 1)."""
-    rows = fork(draft_rows)
+                  warp: Warp, generator: torch.Generator, meter: PeakMeter) -> tuple[list[_Draft], int]:
+    """Beam sampling with the draft for γ layers (i.i.d. draws, the draft's own scores after layer 1).
+
+    The layers grow as a forest inside the draft's own cache (one tree per input row, tree masks, no copy of the
+    cache and no reorder to W rows); the block is cropped off afterwards, as the EAGLE-2 drafter does."""
+    if gamma == 0:
+        return [], 0
+    start = draft_rows.length
+    block = [[-1] for _ in pending]  # per input row: the parent column of every cached block column (0 = root)
+    logits = draft_forest_layer(draft_rows, start, block, [(row, 0) for row in range(len(pending))],
+                                pending)  # (R, V): after each input beam's pending token
+    meter.note()
     layers: list[_Draft] = []
-    score = torch.tensor(scores, device=rows.device)  # (R,) layer 1 starts from the target scores of the input beams
-    for level in range(gamma):
-        logits = rows.step(pending)  # (R, V)
-        q = joint_distribution(score, logits, warp)  # (R*V,)
-        picks = torch.multinomial(q, width, replacement=True, generator=generator).tolist()
-        vocab = logits.shape[-1]
-        layers.append(_Draft([i // vocab for i in picks], [i % vocab for i in picks], q))
-        if level < gamma - 1:
-            rows.reorder(layers[-1].parents)
-            pending, score = layers[-1].tokens, torch.log(q[picks].clamp_min(1e-30))  # (W,)
+    places: list[tuple[int, int]] = []  # (row, column) of the previous layer's drafts
+    score = torch.tensor(scores, device=draft_rows.device)  # (R,) layer 1 starts from the target scores of the inputs
+    try:
+        for level in range(gamma):
+            q = joint_distribution(score, logits, warp)  # (R_prev*V,)
+            picks = torch.multinomial(q, width, replacement=True, generator=generator).tolist()
+            vocab = logits.shape[-1]
+            layers.append(_Draft([i // vocab for i in picks], [i % vocab for i in picks], q))
+            if level == gamma - 1:
+                break
+            parent_place = places or [(row, 0) for row in range(len(pending))]
+            places = _place_layer(block, [parent_place[par] for par in layers[-1].parents])
+            logits = draft_forest_layer(draft_rows, start, block, places, layers[-1].tokens)  # (W, V)
+            meter.note()
+            score = torch.log(q[picks].clamp_min(1e-30))  # (W,)
+    finally:
+        draft_rows.crop(start)  # the draft cache keeps the input beams' committed tokens only
     return layers, gamma
 
 
+def _place_layer(block: list[list[int]], parents: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Give each new draft a column in its parent's row (appending to `block`); returns their (row, column)."""
+    places = []
+    for row, parent_col in parents:
+        block[row].append(parent_col)
+        places.append((row, len(block[row]) - 1))
+    return places
+
+
 def _iteration(target_rows: BeamRows, draft_rows: BeamRows, beams: list[list[int]], scores: list[float], gamma: int,
-               settings: DsbdSettings, n_out: int, eos_ids: set[int], warp: Warp, generator: torch.Generator) -> dict:
+               settings: DsbdSettings, n_out: int, eos_ids: set[int], warp: Warp, generator: torch.Generator,
+               meter: PeakMeter) -> dict:
     """Draft, score the forest, verify layer by layer; returns the iteration's record with the new beams.
 
     As in beam sampling, a beam that draws EOS leaves the live set at once: on a layer that passed it goes to
     `_ended` and its children no longer count (their parent is not valid, so P has no mass under it)."""
     pending = [b[-1] for b in beams]
-    drafts, draft_forwards = _draft_layers(draft_rows, pending, scores, gamma, settings.width, warp, generator)
+    drafts, draft_forwards = _draft_layers(draft_rows, pending, scores, gamma, settings.width, warp, generator,
+                                           meter)
     forest = Forest.roots(pending)
     for layer in drafts:
         forest.add_layer(layer.parents, layer.tokens)
     logits = forest_forward(target_rows, forest)  # (I, n, V)
+    meter.note()  # the peak: every input row holds the scored forest block until keep_paths
     vocab = logits.shape[-1]
     valid = [_Beam(i, [], [], [s]) for i, s in enumerate(scores)]  # the previous layer's target beams
     valid_ids = list(range(len(beams)))  # their index among the previous layer's drafts (inputs for layer 1)
