@@ -217,3 +217,37 @@ def test_cli_rejects_impossible_beam_options_in_one_line(capsys):
                      "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: width 5 is more than the 3") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("method", ["beam-search", "beam-sampling", "dsbd"])
+def test_beam_decode_time_leaves_out_prefill_and_a_slow_consumer(method):
+    """One clock with the chain loop (decoders/clock.py): a slow prefill lands in prefill_seconds and a consumer
+    that takes its time with every yielded iteration does not count as decode time."""
+    import time
+
+    from decoders import stream
+
+    target = tiny_llama(vocab=32, seed=0)
+    draft = noisy_copy(target, 0.1)
+    prefill, pause = 0.3, 0.05
+
+    def slow_prefill(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length() == 0:  # the cache is empty: this forward is the prefill
+            time.sleep(prefill)
+
+    handles = [m.model.register_forward_pre_hook(slow_prefill, with_kwargs=True) for m in (target, draft)]
+    try:
+        options = DecodeOptions(model="tiny", method=method, width=2, max_new_tokens=8, gamma=2,
+                                temperature=0.0 if method == "beam-search" else 1.0)
+        trace, yields = None, 0
+        for trace in stream(options, [1, 2, 3], target=target, draft=draft):
+            yields += 1
+            time.sleep(pause)  # the consumer (a renderer, a slow client)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert yields >= 2
+    assert trace.prefill_seconds >= prefill
+    assert trace.decode_seconds < min(prefill, pause * yields) / 2
+    assert trace.totals["tokens_per_second"] == pytest.approx(len(trace.output_ids) / trace.decode_seconds)

@@ -18,10 +18,11 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from ..clock import DecodeClock
 from ..sampling import Warp, uniform
 from ..verify import acceptance_probability, residual
 from .forest import Forest, draft_forest_layer, forest_forward, keep_paths
-from .search import BeamResult, joint_distribution, last
+from .search import BeamResult, mark_prefill_done, joint_distribution, last
 from .state import BeamRows, FinishedPool, PeakMeter, extend
 from .width import acceptance_count_distribution, choose_width
 
@@ -103,7 +104,8 @@ class _Draft:
 
 @torch.inference_mode()
 def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settings: DsbdSettings, max_new_tokens: int,
-              eos_ids: set[int], warp: Warp, generator: torch.Generator) -> Iterator[BeamResult]:
+              eos_ids: set[int], warp: Warp, generator: torch.Generator,
+              clock: DecodeClock | None = None) -> Iterator[BeamResult]:
     """Decode with DSBD; result.steps holds one record per iteration (the beam trace's forest, widths, beams)."""
     target_rows, draft_rows = BeamRows(target), BeamRows(draft)
     meter = PeakMeter(target_rows, draft_rows)  # KV held by both caches, read right after every forward
@@ -111,6 +113,7 @@ def iter_dsbd(target: nn.Module, draft: nn.Module, prompt_ids: list[int], settin
     meter.note()
     draft_rows.prefill(prompt_ids)
     meter.note()
+    mark_prefill_done(clock)  # both prompts are cached: decode time starts
     n_out = 1 if settings.one_input_beam else settings.width
     pool = FinishedPool(n_out)
     beams, scores = [list(prompt_ids)], [0.0]  # the input beams (pending token last) and their target scores

@@ -1,11 +1,10 @@
 """Options in, a live BeamTrace out: the beam methods behind decoders.api.stream (which loads the models)."""
 from __future__ import annotations
 
-import time
 from typing import Callable, Iterator
 
-
 from ..cache import new_cache
+from ..clock import DecodeClock
 from ..options import DecodeOptions, OptionsError
 from ..sampling import Warp, seeded_generator
 from .dsbd import DsbdSettings, iter_dsbd
@@ -34,18 +33,21 @@ def stream_beams(options: DecodeOptions, target, draft, prompt_ids: list[int], t
         raise OptionsError(f"DSBD scores its draft forest with a custom attention mask, which {target.name}'s "
                            "sliding-window layers do not take; use beam-sampling with this model, or DSBD with a "
                            "model without sliding-window attention (smollm2, qwen2.5-coder)")
-    steps = _steps(options, target, draft, prompt_ids)
-    began, seen = time.perf_counter(), 0
+    clock = DecodeClock(next(target.model.parameters()).device)  # the chains' clock: decoders/clock.py says what it counts
+    steps = _steps(options, target, draft, prompt_ids, clock)  # each method marks clock.prefill_done() after prefill
+    seen = 0
     try:
         for result in steps:
             for step in result.steps[seen:]:
                 trace.iterations.append(_iteration(len(trace.iterations), step, options, target.decode))
             seen = len(result.steps)
-            trace.decode_seconds = time.perf_counter() - began
+            trace.prefill_seconds = (clock.prefill_end or clock.start) - clock.start
+            trace.decode_seconds = clock.total()
             if result.stop_reason:
                 _finish(trace, result, target.decode)
             _totals(trace, result)
-            yield trace
+            with clock.paused():  # the consumer's time (rendering, a slow client) is not decode time
+                yield trace
     finally:
         if not trace.stop_reason:
             trace.stop_reason = "cancelled"  # closed early (Stop): the caches were locals of the closed generator
@@ -55,18 +57,19 @@ def _has_sliding_layers(model) -> bool:
     return any(getattr(layer, "is_sliding", False) for layer in new_cache(model).layers)
 
 
-def _steps(options: DecodeOptions, target, draft, prompt_ids: list[int]) -> Iterator[BeamResult]:
+def _steps(options: DecodeOptions, target, draft, prompt_ids: list[int], clock: DecodeClock) -> Iterator[BeamResult]:
     eos = set(target.eos_token_ids)
     if options.method == "beam-search":
         return iter_beam_search(target.model, prompt_ids, options.width, options.max_new_tokens, eos,
-                                options.length_penalty, _EARLY[options.early_stopping])
+                                options.length_penalty, _EARLY[options.early_stopping], clock=clock)
     generator = seeded_generator(next(target.model.parameters()).device, options.seed)
     warp = Warp(options.temperature, options.top_k, options.top_p)
     if options.method == "beam-sampling":
         return iter_beam_sampling(target.model, prompt_ids, options.width, options.max_new_tokens, eos, warp,
-                                  generator)
+                                  generator, clock=clock)
     settings = DsbdSettings(options.gamma, options.width, options.min_width, options.thres, options.one_input_beam)
-    return iter_dsbd(target.model, draft.model, prompt_ids, settings, options.max_new_tokens, eos, warp, generator)
+    return iter_dsbd(target.model, draft.model, prompt_ids, settings, options.max_new_tokens, eos, warp, generator,
+                     clock=clock)
 
 
 def _iteration(index: int, step: dict, options: DecodeOptions, decode: Callable[[list[int]], str]) -> dict:

@@ -10,6 +10,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..clock import DecodeClock
 from ..sampling import Warp
 from .state import BeamRows, FinishedPool
 
@@ -41,7 +42,8 @@ def joint_distribution(scores: torch.Tensor, logits: torch.Tensor, warp: Warp) -
 
 @torch.inference_mode()
 def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_new_tokens: int, eos_ids: set[int],
-                     length_penalty: float = 1.0, early_stopping: bool | str = False) -> Iterator[BeamResult]:
+                     length_penalty: float = 1.0, early_stopping: bool | str = False,
+                     clock: DecodeClock | None = None) -> Iterator[BeamResult]:
     """transformers' `generate(num_beams=width, do_sample=False)` for one prompt, same choices token for token.
 
     Mirrors GenerationMixin._beam_search (transformers 5.x): keep the best 2·width (more with several EOS ids)
@@ -50,6 +52,7 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
     """
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
+    mark_prefill_done(clock)
     device = rows.device  # the bookkeeping lives next to the logits (a CPU tensor beside CUDA logits fails)
     keep = max(2, 1 + len(eos_ids)) * width
     prompt_len, max_length = len(prompt_ids), len(prompt_ids) + max_new_tokens
@@ -125,7 +128,7 @@ def _may_improve(running_scores: torch.Tensor, pool_scores: torch.Tensor, pool_d
 
 @torch.inference_mode()
 def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_new_tokens: int, eos_ids: set[int],
-                       warp: Warp, generator: torch.Generator) -> Iterator[BeamResult]:
+                       warp: Warp, generator: torch.Generator, clock: DecodeClock | None = None) -> Iterator[BeamResult]:
     """Beam sampling as the DSBD code's baseline does it (algorithms.md §6.1), with i.i.d. draws.
 
     Every step draws `width` (beam, token) pairs with replacement from the joint P = warp(score + log p); a drawn
@@ -135,6 +138,7 @@ def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_
     """
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
+    mark_prefill_done(clock)
     pool = FinishedPool(width)
     beams, scores = [list(prompt_ids)], torch.zeros(1, device=rows.device)  # (R,)
     result = BeamResult([], 0.0, [])
@@ -170,6 +174,12 @@ def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_
     result.candidates = [(c.tokens, c.score) for c in pool.items]
     result.tokens, result.score = result.candidates[0]
     yield result  # the finished run: pool ranked, stop reason set
+
+
+def mark_prefill_done(clock: DecodeClock | None) -> None:
+    """Decode time starts here, as in the chain loop (decoders/clock.py): the prompt's cache exists."""
+    if clock is not None:
+        clock.prefill_done()
 
 
 def last(steps: Iterator[BeamResult]) -> BeamResult:

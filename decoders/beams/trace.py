@@ -9,7 +9,8 @@ BeamTrace
   prompt, prompt_ids;  output_ids, output_text (the best candidate's generated tokens)
   candidates      [{tokens, text, score}] the finished pool, best first (score: length-normalised)
   iterations      [Iteration], one per target forward
-  stop_reason     "eos" | "max_new_tokens" | "cancelled" | "";  prefill_seconds, decode_seconds
+  stop_reason     "eos" | "max_new_tokens" | "cancelled" | "";  prefill_seconds, decode_seconds (one clock for
+                  every method, decoders/clock.py: decode time starts after prefill and leaves out the consumer)
   totals          {tokens, iterations, target_forwards, draft_forwards, peak_kv_bytes, tokens_per_second}
 
 Iteration
