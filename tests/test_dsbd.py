@@ -175,7 +175,7 @@ def test_dsbd_forest_records_are_consistent(settings):
         assert len(lengths) <= 1  # every beam carried forward has the same length
         assert all(beam["tokens"][-1] == 7 for beam in step["ended"])
         assert all(7 not in beam["tokens"][:-1] for beam in step["beams"] + step["ended"])  # EOS ends a beam at once
-    assert all(7 not in tokens[:-1] for tokens, _ in result.candidates)
+    assert all(7 not in c.tokens[:-1] for c in result.candidates)
 
 
 def test_dsbd_beams_that_draw_eos_leave_the_live_set():
@@ -187,7 +187,7 @@ def test_dsbd_beams_that_draw_eos_leave_the_live_set():
         result = dsbd(target.model, draft.model, [5, 6], DsbdSettings(width=4, gamma=3), 12, {eos}, Warp(1.0),
                       torch.Generator().manual_seed(seed))
         ended += sum(len(step["ended"]) for step in result.steps)
-        assert all(eos not in tokens[:-1] for tokens, _ in result.candidates)
+        assert all(eos not in c.tokens[:-1] for c in result.candidates)
     assert ended > 0
 
 

@@ -82,12 +82,14 @@ def _iteration(index: int, step: dict, options: DecodeOptions, decode: Callable[
     n_roots = max(step["parents"]) + 1
     nodes = [{"id": i, "row": i, "layer": 0, "token": None, "text": "", "parent": -1, "q": None, "p": None,
               "status": "root", "u": None, "accept_prob": None} for i in range(n_roots)]
+    logps = step.get("logps", [None] * len(step["tokens"]))
     for j, (parent, token, score) in enumerate(zip(step["parents"], step["tokens"], step["scores"])):
         nodes.append({"id": n_roots + j, "row": parent, "layer": 1, "token": token, "text": decode([token]),
                       "parent": parent, "q": None, "p": None, "status": "accepted", "u": None, "accept_prob": None,
-                      "score": score})
+                      "score": score, "logp": logps[j]})
     live = step.get("live", list(range(len(step["tokens"]))))
-    beams = [{"row": step["parents"][j], "tokens": [step["tokens"][j]], "score": step["scores"][j]} for j in live]
+    beams = [{"row": step["parents"][j], "tokens": [step["tokens"][j]], "score": step["scores"][j],
+              "logp": logps[j]} for j in live]
     return {"index": index, "nodes": nodes if options.record else [], "layers": [], "stopped_at": None,
             "beams": beams, "finished": _pairs(step.get("finished", [])),
             "kv_bytes": {"target": step["kv_bytes"], "draft": 0},
@@ -103,8 +105,8 @@ def _finish(trace: BeamTrace, result: BeamResult, decode: Callable[[list[int]], 
     trace.stop_reason = result.stop_reason
     trace.output_ids = list(result.tokens)
     trace.output_text = decode(trace.output_ids)
-    trace.candidates = [{"tokens": tokens, "text": decode(tokens), "score": score}
-                        for tokens, score in result.candidates]
+    trace.candidates = [{"tokens": c.tokens, "text": decode(c.tokens), "score": c.score, "logp": c.logp}
+                        for c in result.candidates]
 
 
 def _totals(trace: BeamTrace, result: BeamResult) -> None:

@@ -74,21 +74,32 @@ class BeamRows:
 
 @dataclass
 class Candidate:
-    """A finished hypothesis: its generated tokens (EOS included if it ended there) and its ranking score."""
+    """A finished hypothesis: its generated tokens (EOS included if it ended there), its ranking score (the
+    method's own, see decoders/beams/trace.py) and the target's cumulative log-probability of its tokens."""
 
     tokens: list[int]
     score: float
+    logp: float | None = None
 
 
 @dataclass
 class FinishedPool:
-    """The best `capacity` finished hypotheses, highest score first."""
+    """The best `capacity` distinct finished hypotheses, highest score first.
+
+    Distinct: the same token sequence can finish twice (beam sampling draws with replacement, so two beams may be
+    one sequence); it is kept once, with its higher score, so `full` means `capacity` different hypotheses."""
 
     capacity: int
     items: list[Candidate] = field(default_factory=list)
 
-    def add(self, tokens: list[int], score: float) -> None:
-        self.items.append(Candidate(list(tokens), float(score)))
+    def add(self, tokens: list[int], score: float, logp: float | None = None) -> None:
+        tokens = list(tokens)
+        same = next((c for c in self.items if c.tokens == tokens), None)
+        if same is not None:
+            if score <= same.score:
+                return
+            self.items.remove(same)
+        self.items.append(Candidate(tokens, float(score), None if logp is None else float(logp)))
         self.items.sort(key=lambda c: -c.score)  # stable: among equal scores the earlier one stays first
         del self.items[self.capacity:]
 
