@@ -118,7 +118,7 @@ def test_candidates_are_ranked_and_scores_plotted():
 def test_empty_views_say_so():
     assert "no beam forest" in forest_figure(None).layout.title.text
     assert "No finished" in candidates_html(None)
-    assert "no DSBD" in width_figure(None).layout.title.text
+    assert "No DSBD layer yet" in width_figure(None).layout.annotations[0].text
 
 
 @pytest.mark.parametrize("method", ["dsbd", "beam-sampling"])
@@ -146,3 +146,22 @@ def test_beam_search_score_is_called_cumulative_log_p():
     trace.method = "beam-search"
     assert "score (cumulative log p)" in candidates_html(trace)
     assert "cumulative log p" in scores_figure(trace).layout.title.text.replace("<br>", " ")
+
+
+def test_width_panel_says_in_words_why_it_is_empty_for_beam_sampling():
+    trace = forest_trace()
+    trace.method = "beam-sampling"
+    trace.iterations[0]["layers"] = []
+    fig = width_figure(trace)
+    assert not fig.data and "keep a fixed width" in fig.layout.annotations[0].text.replace("<br>", " ")
+
+
+@pytest.mark.parametrize("reason, words", [("max_new_tokens", "reached max tokens"),
+                                           ("eos", "ended at end-of-sequence"), ("cancelled", "stopped with Stop")])
+def test_summary_line_says_the_stop_reason_in_words(reason, words):
+    from app.figures.forest import summary_line
+
+    trace = forest_trace()
+    trace.stop_reason = reason
+    line = summary_line(trace)
+    assert words in line and reason not in line.replace(words, "")

@@ -198,6 +198,22 @@ def _hover(node: dict, score, survives: bool, finished: bool, method: str | None
     return "<br>".join(lines)
 
 
+WIDTH_ONLY_DSBD = ("D[W] is DSBD's: it chooses how many beams each drafted layer keeps. Beam search and beam "
+                   "sampling keep a fixed width, so there is nothing to draw here; pick DSBD to see it.")
+STOP_WORDS = {"eos": "ended at end-of-sequence", "max_new_tokens": "reached max tokens",
+              "cancelled": "stopped with Stop"}
+
+
+def _sentence(text: str) -> go.Figure:
+    """A small figure that says something in words (instead of an empty box with axes)."""
+    fig = go.Figure()
+    fig.add_annotation(text="<br>".join(_lines(text, 55)), showarrow=False, x=0.5, y=0.5, xref="paper",
+                       yref="paper", font={"size": 13, "color": "#444444"})
+    fig.update_layout(height=160, xaxis_visible=False, yaxis_visible=False, plot_bgcolor="white",
+                      margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return describe(fig, text)
+
+
 def tail(distribution: list[float]) -> list[float]:
     """P(A >= k) for k = 0..W from D[k]."""
     out, total = [], 0.0
@@ -211,10 +227,8 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
     it = iteration_of(trace, index)
     layers = it["layers"] if it is not None else []
     if not layers:
-        fig = go.Figure()
-        fig.update_layout(title="D[W] per layer: DSBD only" if trace is not None and trace.method != "dsbd"
-                          else "no DSBD layer yet", height=220, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return _sentence(WIDTH_ONLY_DSBD if trace is not None and trace.method != "dsbd" else
+                         "No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
     fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
                         subplot_titles=[f"layer {layer['layer']}: K={layer['width']}"
                                         + ("" if layer.get("passed", True) else " (stopped)") for layer in layers])
@@ -308,5 +322,5 @@ def summary_line(trace: BeamTrace | None) -> str:
     if speed:
         parts.append(f"{speed:.1f} tokens/s")
     if trace.stop_reason:
-        parts.append(f"stopped: {trace.stop_reason}")
+        parts.append(STOP_WORDS.get(trace.stop_reason, trace.stop_reason))
     return " · ".join(parts)
