@@ -174,3 +174,42 @@ def test_each_click_computes_once(tiny_models, monkeypatch):
     assert counts["forest"] == 1 and len(views) == len(beams_tab.VIEWS)
     session.queued = 1  # something to stop
     assert len(fns["beams_stop"](session)) == 2 and counts["stop"] == 1
+
+
+SERVER_EXIT = r'''
+import sys
+sys.path.insert(0, "tests")
+import torch
+from tiny import noisy_copy, tiny_qwen2
+from app.shared import loading
+import app.tabs.beams as beams_tab
+
+target = tiny_qwen2(vocab=32, seed=0)
+draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
+loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
+loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
+from app_server import launched_demo
+from gradio_client import Client
+
+with launched_demo() as url:
+    out = Client(url, verbose=False).predict("hello", "tiny", beams_tab.SAME_AS_PAIRING, "dsbd", 3, 3, 0.7, 1,
+                                             next(iter(beams_tab.MEMORY_MODES)), 10, 0, api_name="/beams_run")
+print("STATUS", out[0])
+print("ERROR", out[1])
+'''
+
+
+def test_a_dsbd_run_in_the_server_path_then_exit_returns_0(tmp_path):
+    """Issue 23 item 5: after a DSBD run inside the app server (models loaded and run in Gradio's worker threads),
+    the process must exit cleanly (rc 0), not abort at exit (rc 134)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    done = subprocess.run([sys.executable, "-c", SERVER_EXIT], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "STATUS DSBD" in done.stdout and "ERROR \n" in done.stdout + "\n", done.stdout[-2000:]
