@@ -9,7 +9,7 @@ pytest.importorskip("whisper")
 from whisper_helpers import AUDIO, CLIPS, SHORT_CLIPS  # noqa: E402
 
 from app.figures.whisper import BEAM_LABELS, beam_figure, diff_html, shown_nodes  # noqa: E402
-from app.tabs.whisper import DECODERS, show_step, transcribe_all  # noqa: E402
+from app.tabs.whisper.handlers import DECODERS, show_step, transcribe_all  # noqa: E402
 from decoders.whisper.trace import WhisperTrace  # noqa: E402
 from decoders.whisper.wer import align, corpus_wer, normalise, wer  # noqa: E402
 
@@ -96,16 +96,16 @@ def test_beam_figure_hover_and_persistent_nodes():
 
 def test_a_one_step_search_gives_a_slider_gradio_accepts(monkeypatch):
     """Gradio refuses a slider with minimum == maximum (the step slider starts at 1): one step must not crash."""
-    import decoders.whisper.task as task  # whisper_tab imports transcribe from here at call time
+    import decoders.whisper.jobs as jobs
 
-    real = task.transcribe
+    real = jobs.transcribe
 
-    def one_step(clip, options):
-        trace = real(clip, options)
+    def one_step(clip, options, should_stop=None):
+        trace = real(clip, options, should_stop=should_stop)
         trace.steps = trace.steps[:1]
         return trace
 
-    monkeypatch.setattr(task, "transcribe", one_step)
+    monkeypatch.setattr(jobs, "transcribe", one_step)
     out = run(str(AUDIO / SHORT_CLIPS[0]), decoders=("greedy",))
     assert not out["error"]
     assert out["step"]["maximum"] > 1 and out["step"]["value"] == 1 and out["step"]["visible"] is False
