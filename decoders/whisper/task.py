@@ -1,6 +1,6 @@
 """Run one clip through a traced decoder: a DecodingTask subclass that swaps in our TokenDecoder.
 
-This is the clean seam openai-whisper offers (research §2.10): decode() has no decoder argument, so we subclass
+This is the clean seam openai-whisper offers: decode() has no decoder argument, so we subclass
 DecodingTask, call its __init__, then replace self.decoder. Options that whisper itself knows go through its
 DecodingOptions; the reconstructions' knobs go to our decoders' constructors.
 """
@@ -13,12 +13,11 @@ import torch
 from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from whisper.decoding import DecodingOptions, DecodingTask, LogitFilter
 
+from ..models import hold
 from ..options import OptionsError
 from .audio import Clip
-from ..models import hold
 from .models import entry, resident_whisper
 from .options import WhisperOptions
-from .search import EndFilter, Lookahead, TracedBeam, TracedGreedy
 from .trace import FinalCandidate, WhisperTrace
 
 
@@ -54,18 +53,15 @@ class TracedTask(DecodingTask):
 
 def decoding_options(options: WhisperOptions) -> DecodingOptions:
     """What whisper itself needs; fp16 off (decode() does not switch it off on CPU), no timestamps (one window)."""
-    return DecodingOptions(language=options.language, beam_size=None if options.decoder == "greedy" else options.beam_size,
-                           patience=None if options.decoder == "greedy" else options.patience,
+    beams = options.spec.beams
+    return DecodingOptions(language=options.language, beam_size=options.beam_size if beams else None,
+                           patience=options.patience if beams else None,
                            length_penalty=options.length_penalty, sample_len=options.sample_len,
                            without_timestamps=True, fp16=False)
 
 
 def make_decoder(task: DecodingTask, options: WhisperOptions):
-    if options.decoder == "greedy":
-        return TracedGreedy(task)
-    end_filter = EndFilter(options.eot_margin) if "filter-ends" in options.decoder else None
-    lookahead = Lookahead(options.lookahead_depth, options.lookahead_aggregate) if "lookahead" in options.decoder else None
-    return TracedBeam(task, options.beam_size, options.patience, end_filter, lookahead)
+    return options.spec.build(task, options)  # decoders/whisper/registry.py
 
 
 def mel_for(model, clip: Clip) -> torch.Tensor:

@@ -18,9 +18,10 @@ from app.figures.whisper import beam_figure, results_html
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.paths import ASSETS
 from app.shared.session import RunSession
+from decoders.whisper.registry import DECODERS as DECODER_SPECS
 
 AUDIO_DIR = ASSETS / "audio"
-DECODERS = ("greedy", "beam", "filter-ends", "min-lookahead", "filter-ends+min-lookahead")  # = options.DECODERS
+DECODERS = tuple(DECODER_SPECS)  # the registry's names, in its order (decoders/whisper/registry.py)
 DEFAULT_DECODERS = ["beam", "filter-ends", "min-lookahead"]
 LANGUAGES = {"en": "English", "vi": "Vietnamese", "fr": "French", "de": "German", "es": "Spanish",
              "it": "Italian", "pt": "Portuguese", "nl": "Dutch", "zh": "Chinese", "ja": "Japanese"}
@@ -69,14 +70,14 @@ def _prepare(audio, model, language, decoders, beam_size, eot_margin, depth, agg
     from decoders.options import OptionsError
     from decoders.whisper.audio import load_file, prepare
     from decoders.whisper.options import WhisperOptions
+    from decoders.whisper.registry import decoder as decoder_spec
 
     if audio is None:
         raise OptionsError("Record or upload a clip first (or pick an example).")
     if not decoders:
         raise OptionsError("Choose at least one decoder.")
-    unknown = [d for d in decoders if d not in DECODERS]
-    if unknown:
-        raise OptionsError(f"unknown decoder {unknown[0]!r}; choose from {', '.join(DECODERS)}")
+    for name in decoders:
+        decoder_spec(name)  # an unknown name raises, listing the known ones
     options = [WhisperOptions(model=model, decoder=d, language=language, beam_size=int(beam_size),
                               eot_margin=float(eot_margin), lookahead_depth=int(depth),
                               lookahead_aggregate=aggregate).validate()
