@@ -141,10 +141,11 @@ def _ancestors(trace: WhisperTrace, node_id: int) -> list[int]:
     return chain[::-1]
 
 
-def diff_html(reference: str, hypothesis: str) -> str:
-    """The hypothesis word by word against the reference: substitutions (wavy), insertions, deletions (struck)."""
+def diff_html(reference: str, hypothesis: str, language: str = "en") -> str:
+    """The hypothesis word by word against the reference (both as Whisper's normaliser writes them, the words WER
+    counts): substitutions (wavy), insertions, deletions (struck)."""
     parts = []
-    for op in align(reference, hypothesis):
+    for op in align(reference, hypothesis, language):
         if op.op == "ok":
             parts.append(html.escape(op.hyp))
         elif op.op == "sub":
@@ -168,16 +169,19 @@ def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
     first = traces[0]
     rows = []
     for trace in traces:
-        text = diff_html(reference, trace.output_text) if has_ref else html.escape(trace.output_text)
+        text = diff_html(reference, trace.output_text, trace.language) if has_ref else html.escape(trace.output_text)
         split = divergence(trace, first)
         note = "" if split is None else f'<br><small class="sw-diverge">diverges from {html.escape(first.decoder)} ' \
                                         f"at token {split + 1}</small>"
         rtf = trace.seconds / trace.audio["seconds"] if trace.audio.get("seconds") else float("nan")
-        wer_cell = f"<td>{wer(reference, trace.output_text):.1%}</td>" if has_ref else ""
+        wer_cell = (f'<td title="word error rate: (substituted + inserted + missing words) / reference words, after '
+                    f"Whisper's text normaliser; can exceed 100 %\">{wer(reference, trace.output_text, trace.language):.1%}"
+                    "</td>") if has_ref else ""
         rows.append(f'<tr data-decoder="{html.escape(trace.decoder)}"><td>{html.escape(trace.label)}</td>'
                     f'<td class="sw-text">{text}{note}</td>{wer_cell}<td>{trace.seconds:.2f} s</td>'
                     f"<td>{rtf:.2f}</td><td>{len(trace.steps)}</td></tr>")
     legend = ('<p class="sw-legend"><span style="%s">substituted</span> · <span style="%s">inserted</span> · '
-              '<span style="%s">missing</span> (against the reference, after lower-casing and dropping punctuation)'
+              '<span style="%s">missing</span> (against the reference, both after Whisper&#39;s own text '
+              "normaliser: lower case, no punctuation, spellings and numbers unified)"
               "</p>" % (DIFF_STYLE["sub"], DIFF_STYLE["ins"], DIFF_STYLE["del"])) if has_ref else ""
     return f'<div id="sw-results" style="overflow-x:auto"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'
