@@ -53,6 +53,9 @@ def test_silent_and_missing_audio_give_messages():
     import numpy as np
 
     assert "silent" in run((16_000, np.zeros(16_000, dtype=np.int16)))["error"]
+    noise = (np.random.default_rng(0).standard_normal(16_000 * 31) * 3000).astype(np.int16)  # 31 s
+    too_long = run((16_000, noise))
+    assert "trim the clip" in too_long["error"] and "Traceback" not in too_long["error"]
     assert "Record or upload" in run(None)["error"]
     assert "at least one decoder" in run(str(AUDIO / SHORT_CLIPS[0]), decoders=())["error"]
 

@@ -43,11 +43,14 @@ def build() -> dict:
     c = {}
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
-            c["audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath",
+            default = handlers.DEFAULT_CLIP if handlers.DEFAULT_CLIP in clips else None  # a first click teaches
+            c["audio"] = gr.Audio(str(handlers.AUDIO_DIR / default) if default else None,
+                                  sources=["upload", "microphone"], type="filepath",
                                   label="Speech (wav, flac, ogg, mp3)", elem_id="sw-audio")
-            example = gr.Dropdown(list(clips), value=None, label="Example clips (LibriVox, with references)",
+            example = gr.Dropdown(list(clips), value=default, label="Example clips (LibriVox, with references)",
                                   elem_id="sw-example")
-            c["reference"] = gr.Textbox(label="Reference transcript (optional: gives WER)", elem_id="sw-reference")
+            c["reference"] = gr.Textbox(clips[default]["reference"] if default else "", elem_id="sw-reference",
+                                        label="Reference transcript (optional: gives WER)")
             with gr.Row():
                 run_btn = gr.Button("Transcribe", variant="primary", elem_id="sw-run")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="sw-stop")
@@ -66,9 +69,9 @@ def build() -> dict:
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
            "step": gr.Slider(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
-    with gr.Row(elem_id="sw-trees"):
+    with gr.Column(elem_id="sw-trees"):  # stacked full width: steps line up across trees, nothing cut on a phone
         for i, name in enumerate(TREES):
-            out[name] = gr.Plot(None, visible=False, elem_id=f"sw-tree-{i}", label="beam tree")
+            out[name] = gr.Plot(None, visible=False, elem_id=f"sw-tree-{i}", show_label=False)
     with gr.Accordion("What each decoder does", open=False):
         gr.Markdown(STATEMENTS, elem_id="sw-statements")
     session = gr.State(RunSession())  # this tab's runs, for Stop; per browser session, server-side
