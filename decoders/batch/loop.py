@@ -25,18 +25,19 @@ class _Row:
     """One row's state: what run_rounds keeps in locals, per row."""
 
     def __init__(self, index: int, prompt: list[int], rule: DraftRule | None, generator: torch.Generator,
-                 builder: TraceBuilder):
+                 builder: TraceBuilder, max_new_tokens: int):
         self.index, self.ids, self.rule, self.generator, self.builder = index, list(prompt), rule, generator, builder
+        self.max_new_tokens = max_new_tokens  # this row's own budget
         self.produced = 0
         self.pending: tuple = ()  # this round's verdict and what the recorder needs, kept until the round is recorded
 
 
 def run_batch_rounds(target: RaggedRunner, drafter: BatchDrafter, rules: list[DraftRule | None], warp: Warp,
-                     prompts: list[list[int]], max_new_tokens: int, eos_ids: set[int],
+                     prompts: list[list[int]], max_new_tokens: list[int], eos_ids: set[int],
                      generators: list[torch.Generator], builders: list[TraceBuilder],
                      batch: BatchTrace) -> Iterator[BatchTrace]:
-    """Decode every row until its EOS or max_new_tokens, yielding the batch trace after every round."""
-    rows = [_Row(i, p, rule, g, b) for i, (p, rule, g, b) in enumerate(zip(prompts, rules, generators, builders))]
+    """Decode every row until its EOS or its own max_new_tokens[r], yielding the batch trace after every round."""
+    rows = [_Row(i, *row) for i, row in enumerate(zip(prompts, rules, generators, builders, max_new_tokens))]
     live = list(rows)  # batch index i holds live[i]
     clock = DecodeClock(target.device)
     try:
@@ -46,7 +47,7 @@ def run_batch_rounds(target: RaggedRunner, drafter: BatchDrafter, rules: list[Dr
         for row in rows:
             row.builder.trace.prefill_seconds = batch.prefill_seconds
         while live:
-            live = _round(target, drafter, live, warp, max_new_tokens, eos_ids, clock, batch)
+            live = _round(target, drafter, live, warp, eos_ids, clock, batch)
             batch.decode_seconds = clock.total()
             with clock.paused():  # the consumer's time is not decode time
                 yield batch
@@ -62,11 +63,11 @@ def run_batch_rounds(target: RaggedRunner, drafter: BatchDrafter, rules: list[Dr
         target.release()
 
 
-def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: Warp, max_new_tokens: int,
-           eos_ids: set[int], clock: DecodeClock, batch: BatchTrace) -> list[_Row]:
+def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: Warp, eos_ids: set[int],
+           clock: DecodeClock, batch: BatchTrace) -> list[_Row]:
     """One round for every live row; returns the rows that go on."""
     # 1. propose, per row: at most budget - 1 drafts (decoders/loop.py)
-    limits = [min(row.rule.limit() if row.rule else 0, max_new_tokens - row.produced - 1) for row in live]
+    limits = [min(row.rule.limit() if row.rule else 0, row.max_new_tokens - row.produced - 1) for row in live]
     proposals = drafter.propose([row.ids for row in live], limits, [row.rule for row in live], warp,
                                 [row.generator for row in live], any(row.builder.record for row in live))
     t_draft = clock.lap()
@@ -89,7 +90,7 @@ def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: 
             row.rule.observe_time(t_draft, proposal.forwards, t_verify, tree.size)
         rule_after = row.rule.update(verdict.n_accepted, tree.n_drafted) if row.rule else {}
         row.pending = (proposal, verdict, committed, logits[i], probs[i], rule_after, limits[i],
-                       "eos" if hit_eos else "max_new_tokens" if row.produced >= max_new_tokens else None)
+                       "eos" if hit_eos else "max_new_tokens" if row.produced >= row.max_new_tokens else None)
         record.drafted.append(tree.n_drafted)
         record.accepted.append(verdict.n_accepted)
         record.committed.append(len(committed))

@@ -1,6 +1,8 @@
 """Options -> a batched run: what batch decoding accepts (with fix-it messages) and how it is built."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import cache as kv
 from .. import registry
 from ..drafters import NoDraft
@@ -15,7 +17,8 @@ def batched_drafters() -> tuple[str, ...]:
     return tuple(name for name, spec in registry.DRAFTERS.items() if spec.batched is not None)
 
 
-def check_batch(options: DecodeOptions, n_prompts: int, seeds: list[int] | None) -> None:
+def check_batch(options: DecodeOptions, n_prompts: int, seeds: list[int] | None,
+                max_new_tokens: list[int] | None = None) -> None:
     """Refuse what batch decoding does not do, saying what to pick instead."""
     options.validate()
     if not 1 <= n_prompts <= MAX_BATCH:
@@ -26,6 +29,12 @@ def check_batch(options: DecodeOptions, n_prompts: int, seeds: list[int] | None)
                            "(or none: every row then uses options.seed)")
     if seeds is not None and not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise OptionsError(f"seeds must be whole numbers, got {seeds!r}")
+    if max_new_tokens is not None:
+        if len(max_new_tokens) != n_prompts:
+            raise OptionsError(f"max_new_tokens gives {len(max_new_tokens)} budgets for {n_prompts} prompts; give "
+                               "one per prompt (or none: every row then uses options.max_new_tokens)")
+        for cap in max_new_tokens:
+            replace(options, max_new_tokens=cap).validate()  # the same range check and message as one run's
     family = registry.method(options.method).family
     if family == Family.BEAM:
         raise OptionsError(f"{options.method} keeps several beams per prompt; batch decoding runs the baseline and "
