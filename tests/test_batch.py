@@ -218,3 +218,38 @@ def test_sliding_window_models_are_refused_with_a_reason():
 
     with pytest.raises(OptionsError, match="sliding-window"):
         generate_batch(DecodeOptions(), [[1, 2], [3]], target=tiny_gemma3())
+
+
+def test_cli_decodes_several_prompts_as_one_batch(tiny, monkeypatch, capsys, tmp_path):
+    from decoders import api
+    from decoders.__main__ import main
+
+    monkeypatch.setattr(api, "_load", lambda name, options, quant=None: tiny)
+    listed = tmp_path / "prompts.json"
+    listed.write_text('["a longer third prompt, abab abab abab", "4th"]')
+    out = tmp_path / "batch.json"
+    code = main(["run", "--prompt", "abc", "--prompt", "hello there", "--prompts-file", str(listed), "--method",
+                 "speculative", "--drafter", "prompt-lookup", "--max-new-tokens", "8", "--check-rows", "--no-chat",
+                 "--trace", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert [f"--- row {r}" in text for r in range(4)] == [True] * 4
+    assert text.count("same as this row decoded alone") == 4 and "rows=4 tokens=32" in text
+    assert len(BatchTrace.from_json(out.read_text())) == 4
+
+
+@pytest.mark.parametrize("content, suffix, message", [
+    ("{not json", ".json", "is not valid JSON"),
+    ('{"a": 1}', ".json", "list of prompt strings"),
+    ("\n\n", ".txt", "give a prompt"),
+])
+def test_cli_bad_prompts_file_is_one_line(tiny, monkeypatch, capsys, tmp_path, content, suffix, message):
+    from decoders import api
+    from decoders.__main__ import main
+
+    monkeypatch.setattr(api, "_load", lambda name, options, quant=None: tiny)
+    path = tmp_path / f"prompts{suffix}"
+    path.write_text(content)
+    assert main(["run", "--prompts-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
