@@ -196,6 +196,14 @@ def main(argv=None) -> int:
             peers.append({"set": set_name, "batch": b, "method": "hf-batched-greedy", **hf})
             if b > 1 and b not in assisted:
                 assisted[b] = try_hf_assisted(models["target"], models.get("draft"), prompts[:b], args.max_new_tokens)
+            _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted)
+    result = _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted)
+    print(markdown(result))
+    return 0
+
+
+def _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted) -> dict:
+    """Write what is measured so far (after every B, so a run cut short by its time limit still leaves figures)."""
     summarize(rows)
     result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32", "batches": batches,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
@@ -206,8 +214,7 @@ def main(argv=None) -> int:
               "t_grid": grid, "rows": rows, "peers": peers,
               "hf_assisted": {str(b): v for b, v in assisted.items()}}
     write(result, Path(args.out) if args.out else RESULTS / f"batch-{args.target}")
-    print(markdown(result))
-    return 0
+    return result
 
 
 def _pct(x) -> str:
