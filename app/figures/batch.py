@@ -66,6 +66,8 @@ def lane_cells(batch: BatchTrace) -> list[list[dict | None]]:
 def lanes_html(batch: BatchTrace | None, selected: int | None = None) -> str:
     if batch is None or not batch.rounds:
         return '<div class="bt-lanes"><p>Run a batch to see its rows race: one lane per prompt.</p></div>'
+    if not batch.totals:
+        batch.summarize()
     keys = "".join(f'<span class="bt-key" title="{html.escape(tip, quote=True)}">{_slot(kind, tip)} {label}</span>'
                    for kind, label, tip in _KEYS)
     lanes = []
@@ -84,7 +86,7 @@ def lanes_html(batch: BatchTrace | None, selected: int | None = None) -> str:
                                      f"longest row ({cell['width']} slots in the batched forward)")] * cell["pad"])
             blocks.append(f'<span class="bt-round">{"".join(slots)}</span>')
         trace = batch[row]
-        tau = trace.totals.get("tau") if trace.totals else None
+        tau = (batch.totals.get("tau") or [None] * len(batch))[row] if batch.totals else None
         tokens = len(trace.output_ids)
         done = {"eos": "ended at EOS", "max_new_tokens": "reached its max tokens", "cancelled": "stopped"}.get(
             trace.stop_reason, "decoding")

@@ -95,6 +95,7 @@ class RaggedRunner:
     def restore(self, snapshot: tuple[int, list[int]], layers: list[int]) -> None:
         """Drop every slot appended since `snapshot` from `layers` (the ones that ran) and from the bookkeeping."""
         width, lengths = snapshot
+        self.padding_removed += int((~self.valid[:, width:]).sum())
         kv.drop_last(self.cache, self.width - width, layers)
         self.valid = self.valid[:, :width]
         self.lengths = lengths
@@ -155,6 +156,8 @@ class RaggedRunner:
     def realign(self, min_free: int = 8) -> None:
         """After a round: trim the all-padding columns; compact when at least a quarter of the width (and at
         least min_free columns) is holes that only compaction can free."""
+        if self.batch == 0:  # every row has finished: nothing left to align
+            return
         self.trim()
         free = self.removable()
         if free >= max(min_free, self.width // 4):

@@ -54,7 +54,7 @@ class BatchTrace(list):
             "tokens_per_second": tokens / self.decode_seconds if self.decode_seconds > 0 else None,
             "realign_seconds": realign,
             "realign_share": realign / self.decode_seconds if self.decode_seconds > 0 else None,
-            "tau": [row.totals.get("tau") for row in self],
+            "tau": [_tau(row) for row in self],
             "padding_added": sum(r.padding_added for r in self.rounds),
             "peak_kv_bytes": peak_kv_bytes, "decode_seconds": self.decode_seconds,
             "prefill_seconds": self.prefill_seconds,
@@ -93,3 +93,10 @@ class BatchTrace(list):
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as err:
             raise TraceError(f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})") from None
+
+
+def _tau(row: Trace) -> float | None:
+    """The row's τ: from its totals once finished, else tokens so far over its rounds so far (one target forward each)."""
+    if row.totals.get("tau") is not None:
+        return row.totals["tau"]
+    return len(row.output_ids) / len(row.rounds) if row.rounds else None
