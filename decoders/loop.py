@@ -77,6 +77,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         builder.finish(stop_reason)
         # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
         builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
+        builder.trace.totals.update(drafter.summary())
         drafter.close()
         target.release()
 

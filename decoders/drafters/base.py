@@ -71,6 +71,10 @@ class Drafter:
             return target.forward_tree(tree, hidden=True)
         return target.forward_tree(tree), None
 
+    def summary(self) -> dict:
+        """Facts about the drafter's shape and work for the trace's totals (e.g. early exit's layer k); {} if none."""
+        return {}
+
     def kv_peak_bytes(self) -> int:
         """The most KV memory the drafter's own cache held (a draft model's, an EAGLE head's); 0 for none."""
         return 0

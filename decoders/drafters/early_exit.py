@@ -114,6 +114,11 @@ class EarlyExitDrafter(Drafter):
             self.unfed += list(self.rows[self.fed:keep])
         self.rows, self.fed = [], 0
 
+    def summary(self) -> dict:
+        total = self.k + len(self.upper)
+        return {"self_draft": {"kind": "early-exit", "exit_layer": self.k, "target_layers": total, "block_layers": 1,
+                               "reused_layer_tokens": self.reused_layer_tokens}}
+
     def kv_peak_bytes(self) -> int:
         return self.peak_bytes
 

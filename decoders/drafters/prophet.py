@@ -64,6 +64,12 @@ class ProphetDrafter(Drafter):
         full[ids] = logits
         return full
 
+    def summary(self) -> dict:
+        from ..runner import decoder_layers
+
+        return {"self_draft": {"kind": "prophet", "block_layers": len(self.model.layers),
+                               "target_layers": len(decoder_layers(self.model.target))}}
+
     def kv_peak_bytes(self) -> int:
         return self.peak_bytes
 

@@ -47,6 +47,7 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--depths", type=int, default=5)
     train.add_argument("--save-dtype", choices=("float32", "float16"), default="float32")
     train.add_argument("--out", default=None, help="default: the cache, where the drafter looks")
+    train.add_argument("--init", default=None, help="continue from saved weights (a folder from an earlier run)")
     return parser.parse_args(argv)
 
 
@@ -121,20 +122,29 @@ def run_train(args, argv) -> int:
     settings = FitSettings(lr=args.lr, max_minutes=args.max_minutes, max_steps=args.max_steps,
                            eval_every_minutes=args.eval_every, seed=args.seed)
     log = lambda line: print(line, flush=True)
+    if args.init:  # continue training saved weights (a sweep's winner); its shape and vocabulary win
+        model = store.load(args.init, lm.model).train().requires_grad_(True)
+        args.exit_layer = model.meta().get("exit_layer", args.exit_layer)
+        args.layers = model.meta()["n_layers"]
+        vocab_ids = model.vocab.vocab_ids
     if args.kind == "early-exit":
         if args.exit_layer not in data["stems"]:
             raise ValueError(f"the features hold stems {data['stems']}; record with --stems including {args.exit_layer}")
-        model = ExitBlock(lm.model, args.exit_layer, vocab_ids=vocab_ids)
+        model = model if args.init else ExitBlock(lm.model, args.exit_layer, vocab_ids=vocab_ids)
         initial = exit_alpha(model, data["heldout"], args.depths)
-        log("untrained (block = copy of target layer k): α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
+        log(("start (from --init)" if args.init else "untrained (block = copy of target layer k)") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_exit(model, data["train"], data["heldout"], settings, args.batch_tokens, args.depths, log)
     else:
-        model = Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
+        model = model if args.init else Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
         initial = prophet_alpha(model, data["heldout"], args.depths)
         log("untrained: α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_prophet(model, data["train"], data["heldout"], settings, args.gamma, args.batch_tokens,
                                 args.depths, log)
     final = history.evals[-1][1]
+    prior = model.config_record.get("training", {}) if args.init else {}  # minutes and steps of the run continued
+    history.seconds += prior.get("train_seconds", 0.0)
+    history.steps += prior.get("steps", 0)
+    history.tokens_seen += prior.get("tokens_seen", 0)
     out = Path(args.out) if args.out else store.cache_dir(args.kind, lm.name)
     command = "python -m decoders.selfdraft " + " ".join(shlex.quote(a) for a in argv)
     info = {"kind": args.kind, "target": lm.name, "shape": model.meta(), "final_eval": final, "initial_eval": initial,
