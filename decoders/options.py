@@ -70,6 +70,8 @@ class DecodeOptions:
     ddd_width: int = 10  # DDD paper: beam width w (frontier nodes kept per step)
     eagle_head: str | None = None  # tree drafters: grow with an EAGLE head, not the draft model: a head folder, a
     #                                hub id, or "auto" (the shipped or trained head of `model`); None = the draft model
+    self_weights: str = "auto"  # early-exit / prophet: a trained weights folder, or "auto" (the shipped or trained
+    #                            ones for `model`: decoders/selfdraft/store.py)
     tree_paths: tuple[tuple[int, ...], ...] | None = None  # eagle1: the static tree as rank paths, e.g. ((0,), (1,),
     #                                                        (0, 0)); None = SpecLab's 24-node default (tree_draft.py)
 

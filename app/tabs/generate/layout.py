@@ -217,6 +217,8 @@ def _outputs(initial: dict) -> dict:
                                elem_id="sl-rounds")
     o["stats"] = gr.HTML(initial.get("stats", ""), elem_id="sl-stats")
     o["stats_plot"] = gr.Plot(initial.get("stats_plot"), label="Acceptance and time", elem_id="sl-stats-plot")
+    o["self_draft"] = gr.Plot(label="Where the draft exits the target (early exit / prophet)", elem_id="sl-self-draft",
+                              visible=False)
     return o
 
 

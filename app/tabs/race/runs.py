@@ -53,6 +53,8 @@ PRESETS = {
     "draft model · max-confidence": dict(drafter="draft-model", rule="max-confidence", max_draft=8),
     "layer skip · AdaEDL · cost-aware cap": dict(drafter="layer-skip", rule="adaedl", **COST_AWARE),
     "layer skip · static γ=3": dict(drafter="layer-skip", rule="static", gamma=3),
+    "early exit · AdaEDL (trained block, shared layers)": dict(drafter="early-exit", rule="adaedl", max_draft=8),
+    "prophet · AdaEDL (trained decoder)": dict(drafter="prophet", rule="adaedl", max_draft=8),
     "EAGLE-2 tree · draft model · cost-aware": dict(CONTROLLED_TREE),
     "EAGLE-2 tree · EAGLE head · cost-aware": dict(CONTROLLED_TREE, eagle_head="auto"),
     "EAGLE-2 tree · draft model (paper: K10 D6 M59)": dict(drafter="eagle2", tree_k=10, tree_depth=6, tree_m=59),
