@@ -241,6 +241,11 @@ def tab_label(lesson: Lesson) -> str:
     return f"{number} {lesson.tab}" + (" (coming)" if lesson.coming else "")
 
 
+def lesson_id(number: int) -> str:
+    """The lesson's tab id (the contents picker selects the tab by it)."""
+    return f"lesson-{number}"
+
+
 def contents_markdown(lessons: list[Lesson] = LESSONS) -> str:
     lines = [f"- {lesson.title}" + (f" *(coming: {lesson.coming})*" if lesson.coming else "") for lesson in lessons]
     return "**Lessons**\n\n" + "\n".join(lines)
@@ -254,11 +259,15 @@ def build(controls: dict, whisper: dict | None = None, beams: dict | None = None
 
     from app.shared import glossary
 
-    gr.Markdown(contents_markdown())
+    # The contents are a picker, not a list to read: one tap opens the lesson, on a phone too, where only a couple
+    # of the eight tab labels fit on the row of tabs.
+    picker = gr.Radio([(lesson.title + (" (coming)" if lesson.coming else ""), i) for i, lesson in enumerate(LESSONS)],
+                      value=0, label="Lessons (tap one to open it)", elem_id="sl-lesson-list")
     targets = [controls[name] for name in EXAMPLE_CONTROLS]
-    with gr.Tabs():
-        for lesson in LESSONS:
-            with gr.Tab(tab_label(lesson)):
+    with gr.Tabs(elem_id="sl-lessons") as lesson_tabs:
+        for number, lesson in enumerate(LESSONS):
+            with gr.Tab(tab_label(lesson), id=lesson_id(number)) as lesson_tab:
+                lesson_tab.select(lambda n=number: n, None, picker, queue=False, show_progress="hidden")
                 gr.Markdown(f"### {lesson.title}\n\n{lesson.text}")
                 gr.Plot(lesson_figure(lesson), label=lesson.title)
                 table = lesson_table(lesson)
@@ -278,6 +287,8 @@ def build(controls: dict, whisper: dict | None = None, beams: dict | None = None
                     _whisper_button(lesson, whisper)
                 elif lesson.figure == "forest" and beams:
                     _beams_button(lesson, beams)
+    picker.input(lambda n: gr.Tabs(selected=lesson_id(int(n))), picker, lesson_tabs, queue=False,
+                 show_progress="hidden")
     with gr.Accordion("Rejection-sampling explainer", open=False):
         explainer.build(with_glossary=False)
     glossary.build()
