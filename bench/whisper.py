@@ -151,8 +151,8 @@ def markdown(table: list[dict], meta: dict) -> str:
              f"{meta.get('clips_per_set') or 'all'} (the shortest of each set, a number chosen to fit ~40 min of CPU); "
              f"wall time {meta.get('wall_seconds', 0) / 60:.1f} min.", "",
              "Filter-Ends and Min Lookahead are SpecLab's reconstructions from the paper's abstract and names "
-             "(their exact definitions could not be retrieved; see ../shared/research/whisper.md and "
-             "decoders/whisper/search.py), not the authors' algorithms.", "",
+             "(their exact definitions could not be retrieved; see decoders/whisper/search.py), not the authors' "
+             "algorithms.", "",
              "| model | set | decoder | clips | WER % | Δ vs beam (points) | RTF |", "|---|---|---|---|---|---|---|"]
     for t in table:
         delta = "" if t["delta_vs_beam"] is None or t["decoder"] == "beam" else f"{100 * t['delta_vs_beam']:+.2f}"

@@ -1,7 +1,8 @@
 """CTranslate2 Whisper weights -> an openai-whisper checkpoint ({"dims": ..., "model_state_dict": ...}).
 
-The tensor-name mapping (../shared/models.md): CTranslate2 fuses Q|K|V (self-attention) and K|V (cross-attention)
-into one Linear each and stores a zero bias for the key, which openai-whisper's key Linear does not have.
+The tensor-name mapping is the code below (docs/models.md says where the weights come from). CTranslate2 fuses
+Q|K|V (self-attention) and K|V (cross-attention) into one Linear each and stores a zero bias for the key, which
+openai-whisper's key Linear does not have.
 Weights stay in the file's precision (float16 here); whisper.load_model copies them into float32 parameters.
 """
 from __future__ import annotations
