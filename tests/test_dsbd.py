@@ -6,8 +6,8 @@ import itertools
 import pytest
 import torch
 
-from decoders.beams import DsbdSettings, acceptance_count_distribution, choose_width, dsbd
-from decoders.beams.dsbd import produced_beams, verify_layer
+from decoders.beams import DsbdSettings, acceptance_count_distribution, choose_width
+from decoders.beams.dsbd import dsbd, produced_beams, verify_layer
 from decoders.beams.forest import Forest, forest_forward, keep_paths
 from decoders.beams.state import BeamRows
 from decoders.sampling import Warp

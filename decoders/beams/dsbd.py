@@ -1,7 +1,7 @@
 """DSBD: dynamic-width speculative beam decoding (Qin et al., AAAI 2025), one iteration at a time.
 
 The paper's full text was not available: this follows the official code (ZongyueQin/DSBD,
-beam_speculative_sampling) as reconstructed in algorithms.md §6.2-6.4, with one deliberate change: draft beams are
+beam_speculative_sampling) as reconstructed in docs/algorithms.md §6.2-6.4, with one deliberate change: draft beams are
 drawn i.i.d. (with replacement) and nothing is replaced by the argmax, so every beam a layer produces is an exact
 draw from the target's joint P (tests/test_dsbd.py proves it for one layer by chi-square).
 

@@ -1,4 +1,5 @@
-"""Deterministic beam search (transformers' num_beams algorithm, step for step) and beam sampling (§6.1).
+"""Deterministic beam search (transformers' num_beams algorithm, step for step) and beam sampling
+(docs/algorithms.md §6.1).
 
 Both keep one KV row per live beam (state.BeamRows) and gather the rows by parent after every step.
 """
@@ -132,7 +133,7 @@ def _may_improve(running_scores: torch.Tensor, pool_scores: torch.Tensor, pool_d
 @torch.inference_mode()
 def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_new_tokens: int, eos_ids: set[int],
                        warp: Warp, generator: torch.Generator, clock: DecodeClock | None = None) -> Iterator[BeamResult]:
-    """Beam sampling as the DSBD code's baseline does it (algorithms.md §6.1), with i.i.d. draws.
+    """Beam sampling as the DSBD code's baseline does it (docs/algorithms.md §6.1), with i.i.d. draws.
 
     Every step draws `width` (beam, token) pairs with replacement from the joint P = warp(score + log p); a drawn
     beam's score becomes log P(b, v). Draws that end in EOS move to the finished pool (score / generated length);
