@@ -42,7 +42,10 @@ def round_views(trace: Trace, index: int | None) -> dict:
 def shown_round(trace: Trace) -> int:
     """The round a trace is shown on (0-based), for every view and the slider alike: the latest while running,
     an interesting one once finished."""
-    return interesting_round(trace) if trace.stop_reason else max(len(trace.rounds) - 1, 0)
+    if not trace.stop_reason:
+        return max(len(trace.rounds) - 1, 0)
+    beats = tree_beats_chain_round(trace) if is_tree_trace(trace) else None  # a tree opens where it beats a chain
+    return interesting_round(trace) if beats is None else beats
 
 
 def interesting_round(trace: Trace) -> int:
