@@ -244,3 +244,30 @@ def test_the_opening_status_says_what_is_shown_and_what_run_does():
     status = opening_status(trace)
     assert trace.label in status and trace.options["model"] in status and trace.options["dtype"] in status
     assert f"{trace.options['max_new_tokens']} new tokens" in status and "press **Run** to decode it live" in status
+
+
+def test_a_run_of_the_opening_prompt_says_whether_it_repeated_the_recording():
+    from dataclasses import replace
+
+    from app.tabs.generate.controls import OPENING_PROMPT, opening_differences
+
+    assert OPENING_PROMPT
+    assert opening_differences(OPENING.to_dict(), OPENING_PROMPT) == []
+    longer = replace(OPENING, max_new_tokens=OPENING.max_new_tokens + 52, dtype="bfloat16").to_dict()
+    assert opening_differences(longer, OPENING_PROMPT) == [
+        "number format float32 → bfloat16", f"max new tokens {OPENING.max_new_tokens} → {OPENING.max_new_tokens + 52}"]
+    assert opening_differences(longer, "another prompt") is None
+
+
+def test_the_finished_status_names_what_differed(monkeypatch):
+    from dataclasses import replace
+
+    from app.tabs.generate.controls import OPENING_TRACE
+    from app.tabs.generate.layout import ASSETS
+    from app.tabs.generate.views import read_trace_file
+
+    trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    assert "the same settings as the recording" in handlers._status(trace)
+    trace.options = replace(OPENING, max_new_tokens=100).to_dict()
+    assert f"differs from the recording the page opened on: max new tokens {OPENING.max_new_tokens} → 100" in \
+        handlers._status(trace)

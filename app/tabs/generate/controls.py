@@ -26,6 +26,13 @@ OPENING_TRACE = "eagle2-head-chat.json"
 FALLBACK_OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
 
 
+def recorded_prompt(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["prompt"])
+    except Exception:  # no such file: no recorded prompt to compare a run with
+        return ""
+
+
 def recorded_options(path: Path) -> DecodeOptions:
     """The DecodeOptions a recorded trace was made with (the fallback when the file is missing or unreadable)."""
     try:
@@ -37,7 +44,23 @@ def recorded_options(path: Path) -> DecodeOptions:
         return FALLBACK_OPENING
 
 
-OPENING = recorded_options(Path(__file__).resolve().parents[3] / "assets" / "traces" / OPENING_TRACE)
+OPENING_PATH = Path(__file__).resolve().parents[3] / "assets" / "traces" / OPENING_TRACE
+OPENING = recorded_options(OPENING_PATH)
+OPENING_PROMPT = recorded_prompt(OPENING_PATH)
+# What a person notices when a live run does not repeat the recording: these settings, by their control labels.
+COMPARED = {"model": "target model", "dtype": "number format", "method": "method", "drafter": "drafter",
+            "draft_model": "draft model", "eagle_head": "tree source", "max_new_tokens": "max new tokens",
+            "temperature": "temperature", "tree_k": "K", "tree_depth": "D", "tree_m": "M", "chat": "chat template"}
+
+
+def opening_differences(options: dict, prompt: str) -> list[str] | None:
+    """For a run of the opening recording's prompt: the settings that differ from the recording's, as
+    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare)."""
+    if not OPENING_PROMPT or prompt != OPENING_PROMPT:
+        return None
+    recorded = OPENING.to_dict()
+    return [f"{label} {recorded.get(name)} → {options.get(name)}" for name, label in COMPARED.items()
+            if name in options and options.get(name) != recorded.get(name)]
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
