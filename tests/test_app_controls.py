@@ -160,13 +160,15 @@ def test_the_page_shows_the_opening_values():
     assert by_label["γ (draft length)"]["visible"] is False  # ... and no γ: its shape bounds its depth
     assert by_label["K (children per expanded node)"]["visible"] is True
     # Built with every drafter and rule (an API call is checked against the built choices and must reach the
-    # options' own fix-it messages); the page narrows them on load: SmolLM2 has no same-family draft.
+    # options' own fix-it messages); the page narrows them on load to what the opening target can run.
     assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS + TREE_DRAFTERS)
     assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
     narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
-    trees = list(TREE_DRAFTERS) if controls.has_head(OPENING.model) else []  # grown by its EAGLE head, if shipped
+    paired = bool(controls.drafts_for(OPENING.model))  # a same-family draft model (the Qwen pair): its drafter too
+    trees = list(TREE_DRAFTERS) if paired or controls.has_head(OPENING.model) else []
     learned = [d for d in controls.SELF_DRAFTERS if controls.has_self_weights(OPENING.model, d)]  # shipped weights
-    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"] + learned + trees
+    chain = (["draft-model"] if paired else []) + ["prompt-lookup", "layer-skip"]
+    assert narrowed["drafter"]["choices"] == chain + learned + trees and OPENING.drafter in trees
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
 
@@ -230,9 +232,12 @@ def test_tree_controls_map_onto_the_papers_options():
         handlers.options_from({**values, "ddd_checks": "five"})
     with pytest.raises(OptionsError, match="ddd_x"):
         handlers.options_from({**values, "ddd_x": 0.5})
-    assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m", "ddd_x", "ddd_steps", "ddd_width")] == \
-        [10, 6, 59, -0.3, 11, 10]  # EAGLE-2's K, D, M and DDD's x, n, w, as the papers set them
-    assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_HEAD  # SmolLM2's head
+    # The opening recording's K, D, M (a CPU-sized tree on the Qwen pair); DDD's x, n, w, S as the paper sets them.
+    assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m")] == [OPENING.tree_k, OPENING.tree_depth,
+                                                                              OPENING.tree_m]
+    assert [opening_value(n) for n in ("ddd_x", "ddd_steps", "ddd_width")] == [-0.3, 11, 10]
+    assert opening_value("ddd_checks") == "5,7,9"
+    assert opening_value("eagle_head") == (FROM_HEAD if OPENING.eagle_head else FROM_DRAFT)
 
 
 def test_the_opening_status_says_what_is_shown_and_what_run_does():
