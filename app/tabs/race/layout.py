@@ -13,7 +13,9 @@ from app.tabs.race import runs as race
 
 def race_tokens_help() -> str:
     """What the race runs, from the constants it runs with (runs.WARMUP_TOKENS, runs.TIMED_RUNS)."""
-    return (f"Tokens per timed run. Each method (the baseline too) first runs a {race.WARMUP_TOKENS}-token warm-up, "
+    n = race.WARMUP_TOKENS
+    article = "an" if str(n).startswith("8") or n in (11, 18) else "a"  # "an 8-token", "a 16-token"
+    return (f"Tokens per timed run. Each method (the baseline too) first runs {article} {n}-token warm-up, "
             f"then {race.TIMED_RUNS} timed runs of this length; the table shows the median run and the range.")
 
 
