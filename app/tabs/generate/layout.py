@@ -51,16 +51,11 @@ RECORDED_LABEL = "Recorded runs"
 
 
 def opening_status(trace) -> str:
-    """What the opening view is and what Run will do: the recording's settings are the controls' (controls.OPENING),
-    so Run repeats it live; say so, with the settings that make a run slow or different."""
+    """What the opening view is and what Run does, in two short lines on a phone (the result follows right after):
+    the recording's settings are the controls' (controls.OPENING), so Run repeats it live. The stats name the rest."""
     options = trace.options or {}
-    target = (trace.models or {}).get("target") or {}
-    draft = (trace.models or {}).get("draft") or {}
-    who = target.get("name", options.get("model", "?")) + (f" + draft {draft['name']}" if draft.get("name") else "")
-    return (f"Showing a recorded run: {trace.label} on {who}, {options.get('dtype', '?')}, "
-            f"{options.get('max_new_tokens', '?')} new tokens, recorded on this project's 2-core CPU. The controls hold "
-            "its settings: press **Run** to decode it live (the same tokens in greedy decoding; your machine's "
-            "timings).")
+    return (f"Recorded run: {options.get('model', '?')}, {options.get('dtype', '?')}, "
+            f"{options.get('max_new_tokens', '?')} new tokens. **Run** repeats it live.")
 
 
 def _prompt_controls(opening_prompt: str) -> dict:
