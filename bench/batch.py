@@ -44,7 +44,7 @@ def methods_for(has_draft: bool) -> dict[str, DecodeOptions]:
     drafter = {"draft-model": replace(base, method="speculative", drafter="draft-model", gamma=4)} if has_draft else \
         {"layer-skip": replace(base, method="speculative", drafter="layer-skip", gamma=2)}
     return {"baseline": replace(base, method="baseline"),
-            "prompt-lookup": replace(base, method="speculative", drafter="prompt-lookup", gamma=6), **drafter}
+            "prompt-lookup": replace(base, method="speculative", drafter="prompt-lookup", gamma=5), **drafter}
 
 
 def set_prompts(kind: str, encode, max_batch: int) -> list[dict]:
@@ -116,7 +116,7 @@ def try_hf_assisted(target, draft, prompts: list[dict], max_new_tokens: int) -> 
     for r, p in enumerate(prompts):
         ids[r, width - len(p["ids"]):] = torch.tensor(p["ids"])
         mask[r, width - len(p["ids"]):] = 1
-    extra = {"assistant_model": draft.model} if draft is not None else {"prompt_lookup_num_tokens": 6}
+    extra = {"assistant_model": draft.model} if draft is not None else {"prompt_lookup_num_tokens": 5}
     try:
         target.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=min(max_new_tokens, 4),
                               do_sample=False, eos_token_id=eos or None, pad_token_id=pad, temperature=None,
