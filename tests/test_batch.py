@@ -59,8 +59,8 @@ def check_rows(batch: BatchTrace, singles: list, report: list | None = None) -> 
 def run_both(options: DecodeOptions, prompts, target, draft=None, seeds=None, caps=None):
     batch = generate_batch(options, prompts, seeds=seeds, target=target, draft=draft, max_new_tokens=caps)
     singles = [generate(replace(options, seed=seeds[r] if seeds else options.seed,
-                                max_new_tokens=caps[r] if caps else options.max_new_tokens), p, target=target, draft=draft)
-               for r, p in enumerate(prompts)]
+                                max_new_tokens=caps[r] if caps else options.max_new_tokens),
+                        p, target=target, draft=draft) for r, p in enumerate(prompts)]
     return batch, singles
 
 

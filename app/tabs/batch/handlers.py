@@ -164,7 +164,8 @@ def row_views(batch: BatchTrace, row: int, index: int | None = None) -> dict:
     return {"lanes": lanes_html(batch, row), "row": row,
             "row_title": f"**Row {row + 1}**: “{_short(trace.prompt)}” · {len(trace.output_ids)} tokens in {n} "
                          f"rounds · stop: {trace.stop_reason or 'decoding'}",
-            "row_text": provenance_spans(trace), "legend": legend_html(),  # no round outline: its CSS targets the Generate text
+            # the legend without a round outline: legend_html's outline CSS targets the Generate tab's text
+            "row_text": provenance_spans(trace), "legend": legend_html(),
             "row_stats": stats_html(trace),
             "tree": tree_figure(trace, index if n else None), "rounds": rounds_figure(trace, index if n else None),
             "slider": gr.update(minimum=1, maximum=max(n, 2), value=index + 1, step=1, interactive=n > 1)}
