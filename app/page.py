@@ -40,12 +40,12 @@ def build_demo() -> gr.Blocks:
         with gr.Tab("Batch", id="batch"):
             batch_tab.build()
         with gr.Tab("Beams", id="beams"):
-            beams_tab.build()
+            beams_controls = beams_tab.build()
         with gr.Tab("Whisper", id="whisper"):
             whisper_inputs = whisper_tab.build()
             glossary.build()
         with gr.Tab("Learn", id="learn"):
-            lessons.build(controls, whisper_inputs)
+            lessons.build(controls, whisper_inputs, beams_controls)
         with gr.Tab("Claims", id="claims"):
             claims.build()
     return demo

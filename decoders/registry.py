@@ -144,6 +144,34 @@ def _grown_by_draft_model(options: "DecodeOptions") -> bool:
     return options.eagle_head is None
 
 
+def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
+    """Early exit / prophet over the target, with trained weights: a folder, or "auto" (shipped or trained)."""
+    def build(ctx: BuildContext) -> Drafter:
+        from .drafters.early_exit import EarlyExitDrafter
+        from .drafters.prophet import ProphetDrafter
+        from .selfdraft import store
+
+        source = ctx.options.self_weights
+        try:
+            module = store.load(store.locate(kind, ctx.options.model) if source == "auto" else source, ctx.runner.model)
+        except (OSError, ValueError, RuntimeError, KeyError) as err:  # missing, or trained for another target
+            raise OptionsError(f"{kind}: {err}") from None
+        if kind == "early-exit":
+            return EarlyExitDrafter(ctx.runner, module)
+        return ProphetDrafter(module, ctx.runner.model.config.vocab_size)
+    return build
+
+
+def _self_cost(kind: str) -> Callable[[BuildContext], float]:
+    """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers."""
+    def prior(ctx: BuildContext) -> float:
+        from .runner import decoder_layers
+
+        total = len(decoder_layers(ctx.runner.model))
+        return (5 if kind == "early-exit" else 1) / total  # the shipped SmolLM2 shapes: k = 4 (+1), 1 prophet layer
+    return prior
+
+
 _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
@@ -156,6 +184,12 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
                 help="the target itself with some layers skipped", cost_prior=_layers_kept,
                 batched=lambda ctx, b: _batched("layer-skip", ctx, b)),
+    DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
+                help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
+                cost_prior=_self_cost("early-exit")),
+    DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
+                help="a small trained decoder that drafts from the target's last hidden state",
+                cost_prior=_self_cost("prophet")),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
                 cost_prior=_tree_step_prior),

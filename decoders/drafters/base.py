@@ -5,6 +5,7 @@ observe(n_before, n_accepted, path=, features=)
                                        after verification: roll the drafter's own state back to what was kept;
                                        path = the accepted node ids (which branch of a tree won), features = the
                                        target's last hidden states (N+1, H) when wants_target_hidden
+score(target, tree, hidden)            the verification forward (default: target.forward_tree)
 close()                                free caches; called from the loop's `finally`, also on cancel
 """
 from __future__ import annotations
@@ -62,6 +63,17 @@ class Drafter:
         path: the accepted node ids, root excluded (a chain's is 1..n_accepted); features: (N+1, H) target hidden
         states of every node, given only to a drafter that sets wants_target_hidden.
         """
+
+    def score(self, target, tree: DraftTree, hidden: bool):
+        """The verification forward: (logits (N+1, V), last hidden states (N+1, H) or None). A drafter that already
+        ran part of the target for its nodes (early exit's shared layers) overrides this to run only the rest."""
+        if hidden:
+            return target.forward_tree(tree, hidden=True)
+        return target.forward_tree(tree), None
+
+    def summary(self) -> dict:
+        """Facts about the drafter's shape and work for the trace's totals (e.g. early exit's layer k); {} if none."""
+        return {}
 
     def kv_peak_bytes(self) -> int:
         """The most KV memory the drafter's own cache held (a draft model's, an EAGLE head's); 0 for none."""
