@@ -207,6 +207,7 @@ def test_batch_trace_round_trips_and_totals_add_up(tiny, drafts):
     (lambda lm: generate_batch(DecodeOptions(method="beam-search"), [[1]], target=lm), "baseline"),
     (lambda lm: generate_batch(DecodeOptions(), [[1], []], target=lm), "no tokens"),
     (lambda lm: generate_batch(DecodeOptions(), "one prompt", target=lm), "list of prompts"),
+    (lambda lm: generate_batch(DecodeOptions(), [[1, 2], 3], target=lm), "a text or a list of token ids"),
 ])
 def test_bad_batch_input_gets_a_clear_message(tiny, call, message):
     with pytest.raises(OptionsError, match=message):
