@@ -145,8 +145,8 @@ CLAIMS: tuple[Claim, ...] = (
           "SpecLab's DSBD is reconstructed from the official code (the paper's text was not available); on a CPU "
           "every extra forest row and drafted layer costs nearly its full price (t(n) grows with n). The paper's "
           "range is read off speed/quality Pareto fronts, not one setting.", dsbd_over_beam_sampling,
-          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, 128 new tokens (beams-memory.json is the "
-                   "memory mode)")),
+          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, paired with beam sampling at its width on "
+                   "the same problems and seeds (the same file holds the one-input-beam memory mode)")),
     Claim("Whisper Filter-Ends + Min Lookahead", "Do et al., arXiv:2309.10299, abstract",
           "Whisper fine-tuned per language, several languages", "WER −2.26 points on average vs beam search",
           Figure(-2.26, "−2.26 WER points"),

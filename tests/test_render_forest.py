@@ -165,3 +165,10 @@ def test_summary_line_says_the_stop_reason_in_words(reason, words):
     trace.stop_reason = reason
     line = summary_line(trace)
     assert words in line and reason not in line.replace(words, "")
+
+
+def test_a_dsbd_iteration_without_layers_says_why():
+    trace = forest_trace()
+    trace.iterations[0]["layers"] = []
+    text = width_figure(trace, 0).layout.annotations[0].text.replace("<br>", " ")
+    assert "drafted no layer" in text and "one token left" in text
