@@ -201,6 +201,9 @@ def _context_length(config) -> int:
 
 
 # ---------------------------------------------------------------- loading
+# Process-wide on purpose: these stand for this process's memory. One budget and one copy of each model serve every
+# caller (the app's sessions, the API, bench), so an instance per caller would defeat both; a test that must not
+# disturb the shared copies swaps in its own (tests/conftest.py's private_residency). decoders/README.md lists all.
 
 _LOCK = threading.RLock()  # one load at a time: two concurrent loads of a 1.5B model would double peak RAM
 _RESIDENT = Residency()  # loaded models, least recently used first, within the memory budget

@@ -38,8 +38,9 @@ BIG = dict(hidden=768, layers=6, vocab=16000, intermediate=3072)  # ~81M paramet
 
 
 @pytest.fixture
-def fake_loader(monkeypatch):
-    """models.load_model on random-init models; records which names were really loaded (not served resident)."""
+def fake_loader(monkeypatch, private_residency):
+    """models.load_model on random-init models, in a residency of the test's own (tests/conftest.py); records which
+    names were really loaded (not served resident)."""
     loads = []
 
     def fake_load(name, dtype, device, say):
@@ -199,3 +200,16 @@ def test_model_bytes_counts_packed_weights():
     if kernels.pack(lm.model) == 0:
         pytest.skip("this torch build has no oneDNN packed linear")
     assert residency.model_bytes(lm.model) >= 0.9 * dense  # the packed copies replace the dense weights
+
+
+def test_private_residency_keeps_the_shared_models_through_unload_all(monkeypatch, request):
+    """tests/conftest.py's private_residency: unload_all inside it clears the test's own residency only."""
+    shared = residency.Residency()  # stands in for the process's residency, which real-weight tests share
+    monkeypatch.setattr(models, "_RESIDENT", shared)
+    key = ("fake/shared", "float32", "cpu")
+    shared.add(key, random_lm("fake/shared"), 1)
+    private = request.getfixturevalue("private_residency")
+    assert models._RESIDENT is private and models.resident_models() == []
+    private.add(("fake/own", "float32", "cpu"), random_lm("fake/own"), 1)
+    models.unload_all()
+    assert models.resident_models() == [] and shared.get(key) is not None

@@ -165,3 +165,26 @@ def test_the_learn_tab_builds_with_its_buttons_wired():
     assert len(whisper_wired) == 1 and "Try it: load this clip and these decoders into the Whisper tab" in labels
     audio, example, reference, chosen, note = whisper_wired[0].fn()
     assert example["value"] == "librivox-0880.wav" and "beam" in chosen["value"] and "Whisper" in note
+
+
+def test_the_beams_lesson_try_it_fills_the_beams_tab_with_the_recorded_settings(no_model_loads):
+    """Lesson 6 gets its "Try it" like the others: the Beams tab's controls take the recorded run's settings, and
+    those settings are ones the tab accepts."""
+    import gradio as gr
+
+    from app.tabs import beams as beams_tab
+
+    lesson = next(lesson for lesson in teach.ready() if lesson.figure == "forest")
+    values = teach.beams_try_values(lesson)
+    trace = teach.lesson_trace(lesson)
+    assert values["prompt"] == trace.prompt and values["method"] == trace.method == "dsbd"
+    options = beams_tab.options_for(values["method"], values["model"], values["draft"], values["width"],
+                                    values["gamma"], values["thres"], values["min_width"], values["memory"],
+                                    values["max_tokens"], values["seed"])
+    assert (options.width, options.gamma, options.max_new_tokens) == (trace.options["width"], trace.options["gamma"],
+                                                                      trace.options["max_new_tokens"])
+    with gr.Blocks() as demo:
+        controls = beams_tab.build()
+        teach.build({name: gr.Textbox() for name in teach.EXAMPLE_CONTROLS}, None, controls)
+    buttons = [b for b in demo.blocks.values() if isinstance(b, gr.Button) and "Beams tab" in str(b.value)]
+    assert len(buttons) == 1

@@ -1,7 +1,8 @@
 """Whisper token decoders that record their search: greedy, standard beam, and two RECONSTRUCTIONS.
 
 All are openai-whisper TokenDecoder subclasses, plugged into a DecodingTask subclass (task.py); nothing of
-whisper's own files is copied or patched. One clip at a time (whisper's own beam search mixes up rows when given a batch of clips).
+whisper's own files is copied or patched. One clip at a time (upstream beam search breaks on batches: its cross-attention cache keeps one row per clip and
+relies on broadcasting, which fails for more than one clip with beam_size > 1).
 
 - TracedGreedy: whisper's GreedyDecoder, plus a record of the top alternatives at each step.
 - TracedBeam with no policies: whisper's BeamSearchDecoder step for step (same candidate pool of B+1 tokens per

@@ -1,7 +1,8 @@
 """Run one clip through a traced decoder: a DecodingTask subclass that swaps in our TokenDecoder.
 
-This is the clean seam openai-whisper offers: decode() has no decoder argument, so we subclass
-DecodingTask, call its __init__, then replace self.decoder. Options that whisper itself knows go through its
+This is the clean seam openai-whisper offers: decode() has no decoder argument (and DecodingOptions is frozen), and
+patching whisper.decoding.BeamSearchDecoder would be process-wide and not thread-safe; so we subclass DecodingTask,
+call its __init__, then replace self.decoder (no global state: safe for concurrent Gradio requests). Options that whisper itself knows go through its
 DecodingOptions; the reconstructions' knobs go to our decoders' constructors.
 """
 from __future__ import annotations
