@@ -92,8 +92,13 @@ def _wire(c: dict, out: dict, session, run_btn, stop_btn) -> None:
         finally:  # Gradio closes run_fn when the page goes away or the job is cancelled: close the decode now
             results.close()
 
+    def admit_fn(*args):  # the validator runs when Gradio queues the click: Stop can then cancel a queued run
+        if isinstance(args[-1], RunSession):
+            args[-1].admit()
+        return [gr.validate(True, "") for _ in args]
+
     run_btn.click(run_fn, [c[n] for n in RUN_INPUTS] + [session], [out[n] for n in OUTPUTS], concurrency_limit=1,
-                  concurrency_id="whisper", api_name="whisper_transcribe")
+                  concurrency_id="whisper", api_name="whisper_transcribe", validator=admit_fn)
     stop_btn.click(lambda s: as_tuple(("status", "error"), out)(handlers.stop(s)), [session],
                    [out["status"], out["error"]], api_name="whisper_stop")
     tree_tuple = as_tuple(TREES, out)
