@@ -69,6 +69,10 @@ def build() -> dict:
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
            "step": gr.Slider(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
+    gr.Markdown("**Beam trees**, one per decoder, stacked on one step axis: black = the path of the chosen "
+                "transcript, faded = candidates the search dropped; a dashed purple line marks the token where a "
+                "decoder leaves the first decoder's transcript. ␣ is a space at the start of a token. Hover a node "
+                "for its log-probability and score.", elem_id="sw-trees-help")
     with gr.Column(elem_id="sw-trees"):  # stacked full width: steps line up across trees, nothing cut on a phone
         for i, name in enumerate(TREES):
             out[name] = gr.Plot(None, visible=False, elem_id=f"sw-tree-{i}", show_label=False)
