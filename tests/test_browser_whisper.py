@@ -45,9 +45,8 @@ def test_the_default_click_shows_greedy_err_where_beam_search_does_not(page):
     shared = page.evaluate("[0, 1, 2].map(i => JSON.stringify(document.querySelector(`#sw-tree-${i} .js-plotly-plot`)"
                            ".layout.xaxis.range))")
     assert len(set(shared)) == 1  # one step axis for every tree
-    notes = page.evaluate("(() => (document.querySelector('#sw-tree-1 .js-plotly-plot').layout.annotations || [])"
-                          ".map(a => a.text).join(' '))()")
-    assert "leaves greedy here" in notes
+    notes = page.evaluate("(() => document.querySelector('#sw-tree-1 .js-plotly-plot').layout.title.text)()")
+    assert "leaves greedy at step" in notes
     shot(page, "whisper-tab-1280", publish=True, full_page=True)
     page.set_viewport_size({"width": 420, "height": 900})
     page.wait_for_timeout(1500)
