@@ -19,6 +19,7 @@ import copy
 import torch
 from torch import nn
 
+from .. import kernels
 from ..runner import decoder_layers
 from .stem import DraftVocab, Rotary, check_full_attention
 
@@ -38,7 +39,9 @@ def _copied_layers(target: nn.Module, config, sources: list[int]) -> nn.ModuleLi
     out = nn.ModuleList()
     for i, source in enumerate(sources):
         layer = type(layers[source])(config, layer_idx=i)
-        layer.load_state_dict(layers[source].state_dict())
+        stock = copy.deepcopy(layers[source])
+        kernels.unpack(stock)  # a target on packed matmuls (decoders/kernels.py): back to nn.Linear weights
+        layer.load_state_dict(stock.state_dict())
         out.append(layer)
     return out
 
@@ -120,7 +123,7 @@ class Prophet(_Drafting):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():  # the target's embedding, frozen
-            return self.target.get_input_embeddings()(ids).to(self.proj.weight.dtype)  # (..., d)
+            return self.target.get_input_embeddings()(ids).to(self.norm.weight.dtype)  # (..., d)
 
     def forward(self, inputs: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache=None) -> torch.Tensor:
         """inputs (B, n, d): [W[f_t; E(x_{t+1})], E(d_2), ...] (see first_input / embed). -> logits (B, n, N|V);
@@ -131,7 +134,7 @@ class Prophet(_Drafting):
 
     def first_input(self, feature: torch.Tensor, pending: torch.Tensor) -> torch.Tensor:
         """feature (..., d): f_t; pending (...,) the token x_{t+1} the target chose. -> (..., d)"""
-        return self.proj(torch.cat([feature.to(self.proj.weight.dtype), self.embed(pending)], dim=-1))
+        return self.proj(torch.cat([feature.to(self.norm.weight.dtype), self.embed(pending)], dim=-1))
 
     def meta(self) -> dict:
         return {"kind": self.kind, "n_layers": len(self.layers)}
