@@ -223,7 +223,7 @@ def speedup_of(method: str, what: str):
                 continue
             s = data.get("settings") or {}
             for row in data.get("rows") or []:
-                if row["method"] != method or row.get("speedup") is None:
+                if row.get("method") != method or row.get("speedup") is None:
                     continue
                 alpha = f"α(1) {row['alpha'][0]:.2f}; " if row.get("alpha") and row["alpha"][0] is not None else ""
                 cost = f"draft cost {row['draft_cost']:.2f} of a target step; " if row.get("draft_cost") else ""

@@ -142,7 +142,7 @@ def run_train(args, argv) -> int:
             model = Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
             init_prophet(model, data["train"])
         initial = prophet_alpha(model, data["heldout"], args.depths)
-        log("fitted lens, before training: α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
+        log(("start (from --init)" if args.init else "fitted lens, before training") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_prophet(model, data["train"], data["heldout"], settings, args.gamma, args.batch_tokens,
                                 args.depths, log)
     final = history.evals[-1][1]
@@ -159,7 +159,8 @@ def run_train(args, argv) -> int:
             "tokens_seen": history.tokens_seen, "lr": args.lr, "batch_tokens": args.batch_tokens,
             "draft_vocab": model.vocab.size, "hardware": hardware(torch.device("cpu")), "command": command,
             "save_dtype": args.save_dtype, "params": sum(p.numel() for p in model.parameters()),
-            "evals": history.evals, "total_seconds": time.perf_counter() - started}
+            "evals": history.evals, "total_seconds": time.perf_counter() - started,
+            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training"}
     store.save(model, out, getattr(torch, args.save_dtype), {k: v for k, v in info.items() if k != "evals"})
     info["size_mb"] = (out / "model.safetensors").stat().st_size / 1e6
     save_curves(history, out, f"{args.kind} for {lm.name}: {model.meta()}")

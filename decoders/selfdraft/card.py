@@ -32,7 +32,7 @@ Draft = {what}. Shape: {shape}; {info['params']:,} trained parameters, stored as
 
 | | {' | '.join(str(d + 1) for d in range(depths))} |
 |---|{'---|' * depths}
-| fitted lens, before training | {row(initial)} |
+| {info.get('initial_label', 'fitted lens, before training')} | {row(initial)} |
 | trained | {row(final)} |
 
 Expected accepted drafts per chain of {depths}: {final['mean_accepted']:.2f}.
