@@ -21,7 +21,11 @@ setup: $(STAMP)
 demo: setup
 	$(PY) app.py
 
+# The converted weights live in $$SPECLAB_CACHE (else ~/.cache/speclab): a fresh clone that points it at a kept
+# directory skips the conversions (minutes for the Qwen pair). The line below says what this run reuses.
+CACHE_DIR = $${SPECLAB_CACHE:-$$HOME/.cache/speclab}
 test: setup browser speech
+	@echo "speclab cache: $(CACHE_DIR), converted models reused: $$(ls $(CACHE_DIR)/converted 2>/dev/null | tr '\n' ' ' || true)"
 	$(PY) -m pytest -q --durations=25 tests
 
 # Headless Chromium for tests/test_browser.py, from Debian's packages (Playwright never downloads a browser).

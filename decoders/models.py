@@ -201,6 +201,9 @@ def _context_length(config) -> int:
 
 
 # ---------------------------------------------------------------- loading
+# Process-wide on purpose: these stand for this process's memory. One budget and one copy of each model serve every
+# caller (the app's sessions, the API, bench), so an instance per caller would defeat both; a test that must not
+# disturb the shared copies swaps in its own (tests/conftest.py's private_residency). decoders/README.md lists all.
 
 _LOCK = threading.RLock()  # one load at a time: two concurrent loads of a 1.5B model would double peak RAM
 _RESIDENT = Residency()  # loaded models, least recently used first, within the memory budget
@@ -259,6 +262,23 @@ def _estimated_bytes(name: str, dtype: torch.dtype) -> int:
             on_disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
             return on_disk * itemsize // stored_itemsize
     return 0
+
+
+def load_other(key: tuple, build: Callable[[Progress], object], device: torch.device, estimate: int,
+               progress: Progress | None = None):
+    """A model that is not a language model (Whisper's), kept resident within the same memory budget and LRU order
+    as the language models: `build(say)` returns an object with .name, .device and .model (its nn.Module), called
+    only when `key` is not resident; `estimate` is its size in bytes before loading (0: unknown)."""
+    say = progress or (lambda message: None)
+    with _LOCK:
+        loaded = _RESIDENT.get(key)
+        if loaded is None:
+            budget = memory_budget_bytes(device)
+            _RESIDENT.make_room(device, _RESIDENT.was_unloaded(key) or estimate, budget, say)
+            loaded = build(say)
+            _RESIDENT.add(key, loaded, model_bytes(loaded.model))
+            _RESIDENT.make_room(device, 0, budget, say, keep=key)
+        return loaded
 
 
 @contextlib.contextmanager

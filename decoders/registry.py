@@ -85,6 +85,7 @@ class DrafterSpec:
     uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
+    batched: Callable[[BuildContext, int], object] | None = None  # B rows at once (decoders/batch); None: no batch
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -133,6 +134,12 @@ def _tree_step_prior(ctx: BuildContext) -> float:
     return 0.1 if ctx.options.eagle_head is not None else _size_ratio(ctx)
 
 
+def _batched(name: str, ctx: BuildContext, batch: int):
+    from .batch.drafters import build as build_batched  # decoders/batch imports the drafters, not the registry
+
+    return build_batched(name, ctx, batch)
+
+
 def _grown_by_draft_model(options: "DecodeOptions") -> bool:
     return options.eagle_head is None
 
@@ -173,12 +180,14 @@ _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
-                help="a smaller model of the same family"),
+                help="a smaller model of the same family", batched=lambda ctx, b: _batched("draft-model", ctx, b)),
     DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
                 lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
-                help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0),
+                help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0,
+                batched=lambda ctx, b: _batched("prompt-lookup", ctx, b)),
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
-                help="the target itself with some layers skipped", cost_prior=_layers_kept),
+                help="the target itself with some layers skipped", cost_prior=_layers_kept,
+                batched=lambda ctx, b: _batched("layer-skip", ctx, b)),
     DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
                 help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
                 cost_prior=_self_cost("early-exit")),

@@ -77,7 +77,7 @@ def total_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-_BUDGET_GB: float | None = None
+_BUDGET_GB: float | None = None  # process-wide on purpose: the budget of this process's one residency (models.py)
 
 
 def set_memory_budget(gb: float | None) -> None:

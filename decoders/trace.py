@@ -1,6 +1,6 @@
 """The one trace format every method emits and the UI renders (plain data, JSON round trip).
 
-Schema (version 1), documented here and nowhere else; docs/trace-format.md is generated from this docstring.
+Schema (version 1), documented here and nowhere else.
 
 Trace
   schema_version  int        bumped on any incompatible change

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import socket
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 RUNNING = 0  # demos launched and not yet closed (tests/conftest.py leaves their decode lock alone)
 
@@ -29,6 +29,30 @@ def launched_demo():
     finally:
         RUNNING -= 1
         demo.close()
+
+
+class SharedDemo:
+    """One demo for every browser module in a row (tests/conftest.py's `demo_url`): started on the first `url()`,
+    closed by conftest once the next test no longer needs it, started again if a later one does."""
+
+    def __init__(self):
+        self._stack: ExitStack | None = None
+        self._url: str | None = None
+
+    def url(self) -> str:
+        if self._url is None:
+            self._stack = ExitStack()
+            self._url = self._stack.enter_context(launched_demo())
+        return self._url
+
+    @property
+    def started(self) -> bool:
+        return self._url is not None
+
+    def close(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self._url = self._stack, None, None
+            stack.close()
 
 
 def wait_for_opening_controls(page, timeout_ms: int = 120_000) -> None:

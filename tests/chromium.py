@@ -1,6 +1,8 @@
 """Debian's headless Chromium driven by Playwright, shared by the browser tests (Playwright never downloads one).
 
-`MARKS` is every browser module's pytestmark; `persistent_context` opens a throwaway profile and removes it after;
+`MARKS` is every browser module's pytestmark; `SharedChromium` is the one Chromium all browser modules share
+(tests/conftest.py's `browser`), `new_context` a fresh context (its own cookies and storage, like a new profile) on it;
+`persistent_context` opens a Chromium of its own on a throwaway profile and removes it after;
 `shot` saves a screenshot to artifacts/browser/ (or $SPECLAB_ARTIFACTS) and, with SPECLAB_UPDATE_SCREENSHOTS=1,
 copies a published one to docs/screenshots/.
 """
@@ -30,6 +32,45 @@ def sync_api():
     api = pytest.importorskip("playwright.sync_api")
     os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
     return api
+
+
+class SharedChromium:
+    """One Playwright driver and one Chromium for every browser module in a row: started on the first `browser()`,
+    closed by tests/conftest.py once the next test no longer needs it (a second sync_playwright() inside a live one
+    is refused, so a module that starts its own must not run while this one is up)."""
+
+    def __init__(self):
+        self._playwright = None
+        self._browser = None
+
+    def browser(self):
+        if self._browser is None:
+            self._playwright = sync_api().sync_playwright().start()
+            self._browser = self._playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        return self._browser
+
+    @property
+    def started(self) -> bool:
+        return self._playwright is not None
+
+    def close(self) -> None:
+        browser, playwright, self._browser, self._playwright = self._browser, self._playwright, None, None
+        try:
+            if browser is not None:
+                browser.close()
+        finally:
+            if playwright is not None:
+                playwright.stop()
+
+
+@contextmanager
+def new_context(browser, width: int, height: int):
+    """A fresh context (no cookies, no storage: as a new profile) on the shared Chromium, closed afterwards."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @contextmanager

@@ -21,6 +21,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: needs real weights (minutes on a 2-core CPU); still run by make test")
 
 
+
 @pytest.fixture(scope="session")
 def tiny():
     from tiny import tiny_llama
@@ -36,6 +37,75 @@ def drafts(tiny):
     # The noisy copy starts from a fresh twin of `tiny` (same seed, same weights): a bench test may have packed the
     # session's `tiny` for oneDNN (bench/runner.py), and packed weights cannot be deep-copied.
     return {"same": tiny, "noisy": noisy_copy(tiny_llama(layers=4), noise=0.02), "unrelated": tiny_llama(seed=7, layers=2)}
+
+
+@pytest.fixture
+def private_residency():
+    """A model residency of the test's own (decoders/residency.py), for tests that call models.unload_all() directly
+    or through bench's free_models: they clear this one instead of evicting the real models the other tests share
+    (each eviction cost the next real-weight test a reload). The memory budget a test sets is undone too."""
+    from decoders import models, residency
+
+    private = residency.Residency()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "_RESIDENT", private)
+        patch.setattr(models, "_TOKENIZERS", {})
+        patch.setattr(models, "_COMPATIBLE", {})
+        patch.setattr(residency, "_BUDGET_GB", residency._BUDGET_GB)  # restored after set_memory_budget in the test
+        yield private
+    private.clear()
+    residency.release_memory()  # the test's own models go now, not at some later collection
+
+
+# ---- one demo server and one Chromium for all browser modules ----------------------------------------------------
+# Each browser module used to launch its own demo and Chromium (~6 s of setup each on CI). These are started lazily by
+# the first test that asks for them and closed as soon as the next test does not (pytest_runtest_teardown below), so
+# the tests after the browser modules run with no server up, as before (the decode-lock check below needs that).
+SHARED_FIXTURES = ("demo_url", "browser")
+SHARED = pytest.StashKey[list]()  # the shared objects set up in this session, on config.stash (closed in that order)
+
+
+@pytest.fixture(scope="session")
+def shared_demo(request):
+    from app_server import SharedDemo
+
+    demo = SharedDemo()
+    request.config.stash.setdefault(SHARED, []).append(demo)
+    yield demo
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def shared_chromium(request):
+    from chromium import SharedChromium
+
+    chromium = SharedChromium()
+    request.config.stash.setdefault(SHARED, []).insert(0, chromium)  # the browser closes before the server
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="module")
+def demo_url(shared_demo) -> str:
+    """The shared demo's local URL (tests/app_server.py)."""
+    return shared_demo.url()
+
+
+@pytest.fixture(scope="module")
+def browser(shared_chromium):
+    """The shared headless Chromium (tests/chromium.py); open a fresh context or page on it per module or test."""
+    return shared_chromium.browser()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the module fixtures are torn down: close the shared demo and Chromium when the next test needs neither."""
+    yield
+    if nextitem is not None and any(name in nextitem.fixturenames for name in SHARED_FIXTURES):
+        return
+    for shared in item.config.stash.get(SHARED, []):
+        if shared.started:
+            shared.close()
 
 
 @pytest.fixture(autouse=True)

@@ -92,7 +92,7 @@ def tiny_loader():
     return lambda name, dtype: draft if "0.5b" in name else target
 
 
-def test_pair_preset_end_to_end_on_tiny_models(tmp_path, tiny_loader, capsys):
+def test_pair_preset_end_to_end_on_tiny_models(tmp_path, tiny_loader, capsys, private_residency):
     result = main(["--pair", "--dtypes", "float32", "--reps", "2", "--max-new-tokens", "12", "--per-kind", "1",
                    "--sweep-reps", "1", "--tune-max-new-tokens", "6", "--kernel-controls", "--out", str(tmp_path),
                    "--stem", "tiny"], loader=tiny_loader)
@@ -232,7 +232,7 @@ def test_chart_falls_back_to_pillow(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 100
 
 
-def test_report_only_rebuilds_from_saved_json(tmp_path, tiny_loader):
+def test_report_only_rebuilds_from_saved_json(tmp_path, tiny_loader, private_residency):
     main(["--pair", "--dtypes", "float32", "--reps", "1", "--max-new-tokens", "6", "--per-kind", "1",
           "--kinds", "code-editing", "--no-sweep", "--no-costs", "--no-tune", "--out", str(tmp_path), "--stem", "a"],
          loader=tiny_loader)
@@ -278,7 +278,8 @@ def test_the_gpu_results_say_that_nothing_packs_on_cuda():
     assert report.CUDA_KERNELS_NOTE not in report.markdown(cpu)
 
 
-def test_a_run_on_given_models_does_not_wait_for_the_real_models_memory(tmp_path, tiny_loader, monkeypatch):
+def test_a_run_on_given_models_does_not_wait_for_the_real_models_memory(tmp_path, tiny_loader, monkeypatch,
+                                                                         private_residency):
     """The pair preset budgets ~13 GiB for the Qwen pair; tiny models given by a loader must not wait for it (a test
     run beside a real benchmark waited 10 minutes and failed)."""
     import bench.__main__ as bench_main

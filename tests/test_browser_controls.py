@@ -5,30 +5,25 @@ Debian's headless Chromium driven by Playwright, as tests/test_browser.py. No mo
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo, wait_for_opening_controls
-from chromium import MARKS, persistent_context, sync_api
+from app_server import wait_for_opening_controls
+from chromium import MARKS, new_context
 
 pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
-def url():
-    with launched_demo() as local_url:
-        yield local_url
-
-
-@pytest.fixture(scope="module")
-def browser_context():
-    with sync_api().sync_playwright() as pw, persistent_context(pw, 1280, 800) as context:
+def browser_context(browser):
+    """A fresh context on the shared Chromium (tests/conftest.py)."""
+    with new_context(browser, 1280, 800) as context:
         yield context
 
 
 @pytest.fixture
-def page(browser_context, url):
-    """A fresh page per test: each starts from the opening controls."""
+def page(browser_context, demo_url):
+    """A fresh page per test on the shared demo: each starts from the opening controls."""
     page = browser_context.new_page()
     page.set_default_timeout(60_000)
-    page.goto(url)
+    page.goto(demo_url)
     page.locator("#sl-run").wait_for()
     wait_for_opening_controls(page)
     yield page

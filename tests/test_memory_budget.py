@@ -38,8 +38,9 @@ BIG = dict(hidden=768, layers=6, vocab=16000, intermediate=3072)  # ~81M paramet
 
 
 @pytest.fixture
-def fake_loader(monkeypatch):
-    """models.load_model on random-init models; records which names were really loaded (not served resident)."""
+def fake_loader(monkeypatch, private_residency):
+    """models.load_model on random-init models, in a residency of the test's own (tests/conftest.py); records which
+    names were really loaded (not served resident)."""
     loads = []
 
     def fake_load(name, dtype, device, say):
@@ -118,6 +119,27 @@ def test_stream_holds_its_models_while_it_decodes(fake_loader):
     assert models.resident_models()[0]["held"] is False
 
 
+def test_whisper_models_share_the_budget_and_are_held_while_they_decode(fake_loader):
+    """Whisper models (decoders/whisper/models.py) sit in the same resident set: counted, evicted LRU, held."""
+    pytest.importorskip("whisper")
+    from decoders.whisper.models import resident_whisper
+
+    whisper = resident_whisper("whisper-tiny.en")
+    assert resident() == ["whisper-tiny.en"] and resident_whisper("whisper-tiny.en") is whisper  # served resident
+    whisper_bytes = residency.model_bytes(whisper.model)
+    assert models.resident_models()[0]["gb"] == round(whisper_bytes / 1e9, 3) > 0.1  # tiny.en: ~0.15 GB float32
+    models.set_memory_budget((whisper_bytes + 1.5 * tiny_bytes()) / 1e9)  # Whisper and one language model
+    with models.hold(whisper):  # a transcription is running
+        models.load_model("fake/a", dtype="float32", device="cpu")
+        models.load_model("fake/b", dtype="float32", device="cpu")
+        assert resident() == ["whisper-tiny.en", "fake/b"]  # fake/a went, the held Whisper stayed
+    messages = []
+    models.load_model("fake/c", dtype="float32", device="cpu", progress=messages.append)
+    assert resident() == ["fake/b", "fake/c"]  # released: Whisper was least recently used
+    assert any(m.startswith("unloading whisper-tiny.en (") for m in messages)
+    assert resident_whisper("whisper-tiny.en") is not whisper  # loaded again, within the budget
+
+
 # ---------------------------------------------------------------- memory really comes back
 
 def rss_bytes() -> int:
@@ -178,3 +200,16 @@ def test_model_bytes_counts_packed_weights():
     if kernels.pack(lm.model) == 0:
         pytest.skip("this torch build has no oneDNN packed linear")
     assert residency.model_bytes(lm.model) >= 0.9 * dense  # the packed copies replace the dense weights
+
+
+def test_private_residency_keeps_the_shared_models_through_unload_all(monkeypatch, request):
+    """tests/conftest.py's private_residency: unload_all inside it clears the test's own residency only."""
+    shared = residency.Residency()  # stands in for the process's residency, which real-weight tests share
+    monkeypatch.setattr(models, "_RESIDENT", shared)
+    key = ("fake/shared", "float32", "cpu")
+    shared.add(key, random_lm("fake/shared"), 1)
+    private = request.getfixturevalue("private_residency")
+    assert models._RESIDENT is private and models.resident_models() == []
+    private.add(("fake/own", "float32", "cpu"), random_lm("fake/own"), 1)
+    models.unload_all()
+    assert models.resident_models() == [] and shared.get(key) is not None

@@ -225,7 +225,7 @@ def greedy_next(loaded, ids: list[int]) -> int:
         return int(loaded.model(torch.tensor([ids], device=loaded.device)).logits[0, -1].argmax())
 
 
-def test_smollm2_loads_once_and_reloads_from_converted_cache():
+def test_smollm2_loads_once_and_reloads_from_converted_cache(private_residency):
     first = load_model("smollm2-135m", dtype="float32", device="cpu")
     assert load_model("smollm2-135m", dtype="float32", device="cpu") is first  # loaded once per process
     assert first.dtype == torch.float32 and first.model.dtype == torch.float32 and first.device.type == "cpu"
@@ -245,7 +245,7 @@ def test_smollm2_loads_once_and_reloads_from_converted_cache():
 
 
 @pytest.mark.slow
-def test_first_load_converts_then_uses_the_copy(tmp_cache):
+def test_first_load_converts_then_uses_the_copy(tmp_cache, private_residency):
     """The whole first-load path in an empty cache: GGUF -> model, converted copy with its marker, reload."""
     models.unload_all()
     messages = []

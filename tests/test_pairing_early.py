@@ -22,8 +22,8 @@ class FakeTokenizer:
 
 
 @pytest.fixture
-def no_weights(monkeypatch):
-    """Any attempt to load weights fails the test."""
+def no_weights(monkeypatch, private_residency):
+    """Any attempt to load weights fails the test (in a residency of its own: unload_all leaves the shared models)."""
     def refuse(*args, **kwargs):
         raise AssertionError("weights were loaded before the tokenizers were compared")
 

@@ -84,7 +84,8 @@ def test_joined_file_is_checked_and_a_damaged_copy_is_rebuilt(tmp_cache, tmp_pat
     assert not joined.exists()
 
 
-def test_real_smollm2_file_passes_and_a_wrong_hash_stops_the_load_before_conversion(tmp_cache, monkeypatch):
+def test_real_smollm2_file_passes_and_a_wrong_hash_stops_the_load_before_conversion(tmp_cache, monkeypatch,
+                                                                                  private_residency):
     entry = models.REGISTRY["smollm2-135m"]
     path = entry.gguf()
     assert path is not None and path.name.endswith(".gguf")
@@ -97,8 +98,7 @@ def test_real_smollm2_file_passes_and_a_wrong_hash_stops_the_load_before_convers
         raise AssertionError("read a GGUF whose hash does not match")
 
     monkeypatch.setattr(models, "read_gguf", no_conversion)
-    monkeypatch.setattr(models, "_TOKENIZERS", {})
-    monkeypatch.setattr(models, "_RESIDENT", models.Residency())  # an earlier test may hold it loaded already
+    assert not models.resident_models()  # private_residency: an earlier test may hold it loaded in the shared one
     with pytest.raises(ModelError, match=f"SHA-256 {entry.gguf_sha256} but {wrong} was expected"):
         models.load_model("smollm2-135m", dtype="float32", device="cpu")
 

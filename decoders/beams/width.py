@@ -1,4 +1,4 @@
-"""DSBD's dynamic width (algorithms.md §6.3, from the official code's get_num_acc_prob / get_expect_cnt_by_thres).
+"""DSBD's dynamic width (docs/algorithms.md §6.3, from the official code's get_num_acc_prob / get_expect_cnt_by_thres).
 
 The number A of target beams that W i.i.d. draft draws can produce by recursive rejection sampling has a
 distribution D[W] that P and Q determine: after i failures in a row the next draw succeeds with probability

@@ -1,6 +1,6 @@
 """Greedy lookahead rollouts that leave the decoding task's kv-cache alone.
 
-The trap (../shared/research/whisper.md §2.10): while DecodingTask._main_loop runs, its cache hooks sit on every
+The trap (found by testing against openai-whisper 20250625's decoding.py and model.py): while DecodingTask._main_loop runs, its cache hooks sit on every
 decoder key/value Linear. ANY other decoder forward (even one without a kv_cache) fires them, appends the
 rollout's keys/values to the task's cache and returns the concatenation: the rollout and the real search are
 both silently wrong. So: remove the task's hooks, run the rollout with a cache of our own, put the hooks back.

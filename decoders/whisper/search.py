@@ -1,7 +1,8 @@
 """Whisper token decoders that record their search: greedy, standard beam, and two RECONSTRUCTIONS.
 
 All are openai-whisper TokenDecoder subclasses, plugged into a DecodingTask subclass (task.py); nothing of
-whisper's own files is copied or patched. One clip at a time (upstream beam search breaks on batches, §2.9).
+whisper's own files is copied or patched. One clip at a time (upstream beam search breaks on batches: its cross-attention cache keeps one row per clip and
+relies on broadcasting, which fails for more than one clip with beam_size > 1).
 
 - TracedGreedy: whisper's GreedyDecoder, plus a record of the top alternatives at each step.
 - TracedBeam with no policies: whisper's BeamSearchDecoder step for step (same candidate pool of B+1 tokens per
@@ -23,10 +24,12 @@ import torch
 import torch.nn.functional as F
 from whisper.decoding import BeamSearchDecoder, GreedyDecoder
 
+from .registry import Aggregate
 from .rollout import greedy_rollout
 from .trace import BeamNode, BeamStep
 
-AGGREGATES = ("min", "mean", "sum")
+AGGREGATES = tuple(Aggregate)
+FOLD = {Aggregate.MIN: np.min, Aggregate.MEAN: np.mean, Aggregate.SUM: np.sum}
 GREEDY_ALTERNATIVES = 4  # how many runner-up tokens the greedy trace shows per step
 
 
@@ -41,7 +44,7 @@ class EndFilter:
 @dataclass(frozen=True)
 class Lookahead:
     depth: int = 2
-    aggregate: str = "min"
+    aggregate: Aggregate = Aggregate.MIN
     rank_by_key: bool = True  # False: compute and record keys but rank by score (the kv-cache test uses it)
     protect_task_cache: bool = True  # False reproduces the kv-cache bug; only tests set it
 
@@ -49,7 +52,7 @@ class Lookahead:
         future = rollout[~np.isnan(rollout)]
         if len(future) == 0:
             return score
-        return score + float({"min": np.min, "mean": np.mean, "sum": np.sum}[self.aggregate](future))
+        return score + float(FOLD[Aggregate(self.aggregate)](future))  # a typo raises instead of picking a default
 
 
 class TreeRecorder:
