@@ -239,7 +239,8 @@ def test_missing_weights_say_how_to_train_them(four_layers, monkeypatch, tmp_pat
     monkeypatch.setattr(store, "cache_dir", lambda kind, target: tmp_path / kind / target)
     lm = four_layers["llama"]
     with pytest.raises(OptionsError, match="python -m decoders.selfdraft train --kind prophet"):
-        generate(DecodeOptions(method="speculative", drafter="prophet", max_new_tokens=4), [1, 2], target=lm)
+        generate(DecodeOptions(model=lm.name, method="speculative", drafter="prophet", max_new_tokens=4), [1, 2],
+                 target=lm)
 
 
 def test_weights_of_another_shape_are_refused_clearly(four_layers, tmp_path):
