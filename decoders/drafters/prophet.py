@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from ..selfdraft.heads import Prophet
-from ..selfdraft.stem import causal_mask
+from ..selfdraft.stem import step_mask
 from ..tree import DraftTree
 from .base import Drafter, DraftStop, Proposal, draft_chain
 
@@ -47,7 +47,7 @@ class ProphetDrafter(Drafter):
                 embedded = self.model.embed(ids)  # (n, d)
             past, n = cache.get_seq_length(), embedded.shape[0]
             positions = torch.arange(past, past + n, device=embedded.device)[None]  # (1, n)
-            logits = self.model(embedded[None], positions, causal_mask(n, past, embedded.dtype, embedded.device),
+            logits = self.model(embedded[None], positions, step_mask(n, past, embedded.dtype, embedded.device),
                                 cache)[0, -1]  # (N|V,)
             return self._full(logits)
 
