@@ -300,3 +300,19 @@ def test_training_raises_held_out_acceptance_and_writes_curves(tmp_path):
     assert history.losses[-1][1] < 0.6 * history.losses[0][1]
     json_path, png_path = save_curves(history, tmp_path, "prophet")
     assert png_path.stat().st_size > 1000 and "alpha" in json_path.read_text()
+
+
+def test_the_exit_view_draws_shared_and_verification_only_layers():
+    from app.figures.self_draft import exit_figure
+    from decoders.trace import Trace
+
+    trace = Trace(method="speculative", label="x", options={}, models={}, precision="float32", prompt="", prompt_ids=[])
+    assert exit_figure(trace) is None  # other drafters: no view
+    trace.totals = {"self_draft": {"kind": "early-exit", "exit_layer": 3, "target_layers": 8, "block_layers": 1,
+                                   "reused_layer_tokens": 12}}
+    fig = exit_figure(trace)
+    hovers = [t.text for t in fig.data]
+    assert sum("shared" in h for h in hovers) == 3 and sum("only in verification" in h for h in hovers) == 5
+    assert any("12 token x layer passes" in h for h in hovers) and fig.layout.meta
+    trace.totals = {"self_draft": {"kind": "prophet", "block_layers": 2, "target_layers": 8}}
+    assert "2 layer(s)" in exit_figure(trace).layout.title.text
