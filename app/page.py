@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.figures.batch import BATCH_CSS
 from app.figures.claims import CLAIMS_CSS
 from app.figures.race import RACE_CSS
 from app.figures.stats import STATS_CSS
 from app.shared import glossary
 from app.shared.theme import PAGE_CSS, PAGE_JS
 from app.tabs import beams as beams_tab
+from app.tabs.batch import layout as batch_tab
 from app.tabs import claims
 from app.tabs import whisper as whisper_tab
 from app.tabs.generate import layout as generate_tab
 from app.tabs.learn import lessons
 from app.tabs.race import layout as race_tab
 
-CSS = STATS_CSS + RACE_CSS + CLAIMS_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
+CSS = STATS_CSS + RACE_CSS + CLAIMS_CSS + BATCH_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
 INTRO = """# SpecLab · watch speculative decoding think
 A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
 longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
@@ -35,13 +37,15 @@ def build_demo() -> gr.Blocks:
             controls = generate_tab.build(demo)
         with gr.Tab("Race", id="race"):
             race_tab.build(controls)
+        with gr.Tab("Batch", id="batch"):
+            batch_tab.build()
         with gr.Tab("Beams", id="beams"):
-            beams_tab.build()
+            beams_controls = beams_tab.build()
         with gr.Tab("Whisper", id="whisper"):
             whisper_inputs = whisper_tab.build()
             glossary.build()
         with gr.Tab("Learn", id="learn"):
-            lessons.build(controls, whisper_inputs)
+            lessons.build(controls, whisper_inputs, beams_controls)
         with gr.Tab("Claims", id="claims"):
             claims.build()
     return demo

@@ -8,6 +8,7 @@ Results: bench/results/whisper.{json,md}; the markdown table is printed last.
 
   python -m bench.whisper                       # the plan below (about 40 minutes on 2 CPU threads)
   python -m bench.whisper --models whisper-tiny.en --sets librivox --clips 2   # a quick look
+  python -m bench.whisper --rescore             # WER of the recorded transcripts again (no decoding)
 
 Default plan: tiny.en on librivox + cards (English only); base on librivox + espeak en/vi/fr/de. --sets
 replaces a model's sets with the given ones (English-only models skip the non-English ones). The JSON is
@@ -32,7 +33,7 @@ from decoders.whisper.audio import load_file
 from decoders.whisper.models import entry
 from decoders.whisper.options import DECODERS, WhisperOptions
 from decoders.whisper.task import transcribe
-from decoders.whisper.wer import corpus_wer, wer
+from decoders.whisper.wer import NORMALIZER, corpus_wer, wer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POCKETSPHINX = Path("/usr/share/pocketsphinx/test/data")
@@ -105,7 +106,8 @@ def decode_clip(model: str, set_name: str, item: dict, decoder: str, beam_size: 
     options = WhisperOptions(model=model, decoder=decoder, language=item["language"], beam_size=beam_size)
     trace = transcribe(clip, options)
     return {"model": model, "set": set_name, "clip": Path(item["path"]).name, "decoder": decoder,
-            "reference": item["reference"], "text": trace.output_text, "wer": wer(item["reference"], trace.output_text),
+            "language": item["language"], "reference": item["reference"], "text": trace.output_text,
+            "wer": wer(item["reference"], trace.output_text, item["language"]),
             "seconds": trace.seconds, "audio_seconds": clip.seconds, "steps": len(trace.steps),
             "rollout_forwards": trace.rollout_forwards}
 
@@ -125,6 +127,22 @@ def run(pairs: list[tuple[str, str]], decoders: list[str], sets: dict[str, list[
     return rows
 
 
+def language_of(row: dict) -> str:
+    """A row's language (rows recorded before it was stored: from the set's name, espeak-<code> or English)."""
+    return row.get("language") or (row["set"].removeprefix("espeak-") if row["set"].startswith("espeak-") else "en")
+
+
+def rescore(rows: list[dict]) -> list[dict]:
+    """The recorded transcripts scored again with today's WER (the old figure kept as wer_before when it differs)."""
+    out = []
+    for row in rows:
+        new = wer(row["reference"], row["text"], language_of(row))
+        before = row.get("wer_before", row["wer"])
+        out.append({**row, "language": language_of(row), "wer": new,
+                    **({"wer_before": before} if abs(before - new) > 1e-12 else {})})
+    return out
+
+
 def summarise(rows: list[dict]) -> list[dict]:
     """Corpus WER and RTF per (model, set, decoder), plus the change against standard beam on the same clips."""
     groups: dict[tuple, list[dict]] = {}
@@ -133,7 +151,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     table = []
     for (model, set_name, decoder), items in groups.items():
         table.append({"model": model, "set": set_name, "decoder": decoder, "clips": len(items),
-                      "wer": corpus_wer([(r["reference"], r["text"]) for r in items]),
+                      "wer": corpus_wer([(r["reference"], r["text"]) for r in items], language_of(items[0])),
                       "rtf": sum(r["seconds"] for r in items) / sum(r["audio_seconds"] for r in items)})
     beam = {(t["model"], t["set"]): t["wer"] for t in table if t["decoder"] == "beam"}
     for t in table:
@@ -146,13 +164,14 @@ def markdown(table: list[dict], meta: dict) -> str:
     lines = [f"# Whisper decoders: WER and real-time factor ({meta['date']})", "",
              f"{meta['machine']}; torch {meta['torch']}, {meta['threads']} threads, float32; beam size "
              f"{meta['beam_size']}, patience 1, Filter-Ends margin 1.0 nats, Min Lookahead depth 2 / min. WER in % "
-             "after lower-casing and dropping punctuation (decoders/whisper/wer.py); corpus WER = total edits / "
-             "total reference words. RTF = decode seconds / audio seconds (encoder + search). Clips per set: "
+             f"after {meta.get('normalizer', 'lower-casing and dropping punctuation')} "
+             f"(decoders/whisper/wer.py){_rescored(meta)}; corpus WER = total edits / total reference words. "
+             "RTF = decode seconds / audio seconds (encoder + search). Clips per set: "
              f"{meta.get('clips_per_set') or 'all'} (the shortest of each set, a number chosen to fit ~40 min of CPU); "
              f"wall time {meta.get('wall_seconds', 0) / 60:.1f} min.", "",
              "Filter-Ends and Min Lookahead are SpecLab's reconstructions from the paper's abstract and names "
-             "(their exact definitions could not be retrieved; see decoders/whisper/search.py), not the authors' "
-             "algorithms.", "",
+             "(their exact definitions could not be retrieved; decoders/whisper/search.py says what SpecLab does), "
+             "not the authors' algorithms.", "",
              "| model | set | decoder | clips | WER % | Δ vs beam (points) | RTF |", "|---|---|---|---|---|---|---|"]
     for t in table:
         delta = "" if t["delta_vs_beam"] is None or t["decoder"] == "beam" else f"{100 * t['delta_vs_beam']:+.2f}"
@@ -169,6 +188,23 @@ def markdown(table: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rescored(meta: dict) -> str:
+    return f" (rescored {meta['rescored']} from the transcripts decoded on {meta['date']})" if meta.get("rescored") \
+        else ""
+
+
+def rescore_file(path: Path) -> str:
+    """--rescore: rewrite the results' WER from their recorded transcripts; returns the new markdown."""
+    data = json.loads(path.read_text())
+    rows = rescore(data["rows"])
+    meta = {**data["meta"], "normalizer": NORMALIZER, "rescored": datetime.date.today().isoformat()}
+    table = summarise(rows)
+    path.write_text(json.dumps({"meta": meta, "table": table, "rows": rows}, indent=1, ensure_ascii=False))
+    text = markdown(table, meta)
+    path.with_suffix(".md").write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.whisper", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_PLAN))
@@ -179,14 +215,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--name", default="whisper", help="results file stem")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    parser.add_argument("--rescore", action="store_true", help="recompute WER of <out>/<name>.json, no decoding")
     args = parser.parse_args(argv)
+    if args.rescore:
+        print(rescore_file(args.out / f"{args.name}.json"))
+        return
     if args.clips is not None and args.clips < 1:
         parser.error(f"--clips must be at least 1, got {args.clips}")
     torch.set_num_threads(args.threads)
     pairs = plan(args.models, args.sets)
     meta = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()} CPU",
             "torch": torch.__version__, "threads": args.threads, "beam_size": args.beam_size,
-            "clips_per_set": args.clips, "plan": [list(p) for p in pairs]}
+            "clips_per_set": args.clips, "plan": [list(p) for p in pairs], "normalizer": NORMALIZER}
     start = time.perf_counter()
 
     def save(rows: list[dict]) -> str:

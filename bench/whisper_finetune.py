@@ -4,12 +4,14 @@ The set is built offline: espeak-ng `-v vi` reads fixed Vietnamese sentences; ev
 (split by sentence, so no held-out sentence is ever heard in training), the others are spoken in two voices
 (speed/pitch) for training. Model: whisper-base, the smallest multilingual Whisper installed here (the paper used
 Whisper-Tiny). Both arms adapt the text decoder with the encoder frozen (features computed once; CPU-sized):
-full = every decoder weight, LoRA = rank-r updates on the attention query/value projections (written out in
-decoders/whisper/finetune.py; peft is not installed). Greedy decoding on the held-out clips, WER on syllables.
+full = every decoder weight, LoRA = rank-r peft adapters on the attention query/value projections
+(decoders/whisper/finetune.py). Greedy decoding on the held-out clips; WER on syllables by jiwer after Whisper's
+BasicTextNormalizer (decoders/whisper/wer.py).
 Results: bench/results/whisper-finetune.{json,md}.
 
   python -m bench.whisper_finetune                 # a few minutes per arm on 2 CPU threads
   python -m bench.whisper_finetune --sentences 8 --steps 5      # a quick look
+  python -m bench.whisper_finetune --rescore       # WER of the recorded transcripts again (no training)
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from decoders.whisper.audio import load_file
 from decoders.whisper.finetune import Example, add_lora, encode, loss_on, merge_lora, train, trainable_count
 from decoders.whisper.models import ensure_checkpoint
 from decoders.whisper.task import mel_for
-from decoders.whisper.wer import corpus_wer
+from decoders.whisper.wer import NORMALIZER, corpus_wer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAPER = {"lora_vs_zero_shot": -38.49, "lora_vs_full": -1.45}  # arXiv 2309.10299 abstract, Whisper-Tiny, Vietnamese
@@ -97,7 +99,7 @@ def evaluate(arm: str, model, held_out: list[Example], references: list[str], pr
     texts = transcribe_all(model, held_out)
     with torch.no_grad():
         loss = loss_on(model, held_out, prompt_len).item()
-    result = {"arm": arm, "wer": corpus_wer(list(zip(references, texts))), "held_out_loss": loss,
+    result = {"arm": arm, "wer": corpus_wer(list(zip(references, texts)), "vi"), "held_out_loss": loss,
               "eval_seconds": time.perf_counter() - start, "texts": texts, **extra}
     print(f"{arm:10s} WER {100 * result['wer']:6.2f}  held-out loss {loss:.3f}  {texts[0][:60]}", flush=True)
     return result
@@ -107,7 +109,7 @@ def run_arm(arm: str, args, train_set: list[Example], prompt_len: int) -> tuple[
     """A fine-tuned copy of the model and what it took: trainable weights, steps, seconds, losses."""
     model = fresh_model(args.model)
     if arm == "lora":
-        params, lr = add_lora(model.decoder, args.rank, args.alpha), args.lora_lr
+        params, lr = add_lora(model, args.rank, args.alpha), args.lora_lr
     else:
         model.requires_grad_(False)
         params, lr = [p for p in model.decoder.parameters()], args.full_lr
@@ -117,7 +119,7 @@ def run_arm(arm: str, args, train_set: list[Example], prompt_len: int) -> tuple[
     losses = train(model, params, train_set, prompt_len, args.steps, lr, args.batch_size, args.seed)
     seconds = time.perf_counter() - start
     if arm == "lora":
-        merge_lora(model.decoder)
+        merge_lora(model)
     print(f"{arm:10s} {args.steps} steps in {seconds:.0f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
     return model, {"trainable": trainable_count(params), "lr": lr, "train_seconds": seconds,
                    "first_loss": losses[0], "last_loss": losses[-1], "losses": losses}
@@ -140,9 +142,10 @@ def markdown(results: list[dict], meta: dict) -> str:
              f"{len(TRAIN_VOICES)} voices ({meta['train_clips']} clips) and {meta['held_out_sentences']} held-out "
              "sentences in one voice (split by sentence). Decoder-only adaptation, encoder frozen; "
              f"{meta['steps']} AdamW steps of batch {meta['batch_size']} per arm; LoRA rank {meta['rank']}, "
-             f"alpha {meta['alpha']} on every decoder attention's query and value (self and cross), own code (no "
-             "peft). Greedy decoding; WER on space-separated syllables after decoders/whisper/wer.py's "
-             f"normalisation. Building the set and encoding it once took {meta['data_seconds']:.0f} s.", "",
+             f"alpha {meta['alpha']} on every decoder attention's query and value (self and cross), "
+             f"{meta.get('lora', 'own code (no peft)')}. Greedy decoding; WER on space-separated syllables after "
+             f"{meta.get('normalizer', 'decoders/whisper/wer.py' + chr(39) + 's own normalisation')}"
+             f"{_rescored(meta)}. Building the set and encoding it once took {meta['data_seconds']:.0f} s.", "",
              "| arm | trainable weights | LR | train steps | train time (s) | train loss first → last | "
              "held-out loss | held-out WER % |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -157,7 +160,27 @@ def markdown(results: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rescored(meta: dict) -> str:
+    return f" (rescored {meta['rescored']} from the transcripts of {meta['date']})" if meta.get("rescored") else ""
+
+
+def rescore_file(path: Path) -> str:
+    """--rescore: the recorded held-out transcripts scored again with today's WER; returns the new markdown."""
+    data = json.loads(path.read_text())
+    meta = {**data["meta"], "normalizer": NORMALIZER, "rescored": datetime.date.today().isoformat()}
+    references = meta["held_out_references"]
+    results = []
+    for r in data["results"]:
+        new = corpus_wer(list(zip(references, r["texts"])), "vi")
+        results.append({**r, "wer": new, "wer_before": r.get("wer_before", r["wer"])})
+    path.write_text(json.dumps({"meta": meta, "results": results}, indent=1, ensure_ascii=False))
+    text = markdown(results, meta)
+    path.with_suffix(".md").write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
+    import peft
     import whisper.tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m bench.whisper_finetune", description=__doc__.splitlines()[0])
@@ -174,7 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--name", default="whisper-finetune")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rescore", action="store_true", help="recompute WER of <out>/<name>.json, no training")
     args = parser.parse_args(argv)
+    if args.rescore:
+        print(rescore_file(args.out / f"{args.name}.json"))
+        return
     if args.steps < 1 or args.batch_size < 1 or args.rank < 1:
         parser.error("--steps, --batch-size and --rank must be at least 1")
     if not 4 <= args.sentences <= len(SENTENCES):
@@ -195,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
             "threads": args.threads, "model": args.model, "steps": args.steps, "batch_size": args.batch_size,
             "rank": args.rank, "alpha": args.alpha, "seed": args.seed, "train_sentences": len(train_sentences),
             "held_out_sentences": len(held_out_sentences), "train_clips": len(train_set),
-            "data_seconds": time.perf_counter() - start, "held_out_references": held_out_sentences}
+            "data_seconds": time.perf_counter() - start, "held_out_references": held_out_sentences,
+            "lora": f"peft {peft.__version__}", "normalizer": NORMALIZER}
     results = []
     for arm in args.arms:
         model, extra = (base, {}) if arm == "zero-shot" else run_arm(arm, args, train_set, prompt_len)

@@ -2,6 +2,9 @@
 
     python -m decoders run --model qwen2.5-coder-1.5b --method speculative --drafter draft-model --rule adaedl \
         --prompt "Write a Python function that reverses a string." --max-new-tokens 64 --temperature 0 --trace out.json
+
+Several --prompt (or --prompts-file) decode together as one batch (decoders/batch); --check-rows also decodes each
+row alone and says whether the batched row equals it.
 """
 from __future__ import annotations
 
@@ -53,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "e.g. '0;1;0,0;0,1' (default: SpecLab's 24-node tree)")
     run.add_argument("--eagle-head", default=None, help="tree drafters: grow from an EAGLE head (a folder, a hub id, "
                      "or auto) instead of the draft model")
-    run.add_argument("--prompt", required=True)
+    run.add_argument("--prompt", action="append", default=None,
+                     help="the prompt; repeat it to decode several prompts together as one batch (decoders/batch)")
+    run.add_argument("--prompts-file", type=Path, default=None,
+                     help="a batch of prompts: one per line (blank lines skipped), or a .json list of strings")
+    run.add_argument("--seeds", default=None, help="batch: one seed per prompt, comma-separated (default: --seed)")
+    run.add_argument("--check-rows", action="store_true", help="batch: also decode each prompt alone and print, "
+                     "per row, whether the batched row equals it (decoders/compare.py's rounding-vs-mismatch line)")
     run.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     run.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
     run.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
@@ -120,6 +129,73 @@ def baseline_line(trace: Trace) -> str:
     return check.line((decode([check.baseline_token]), decode([check.run_token])))
 
 
+def prompts_from(args: argparse.Namespace) -> list[str]:
+    """--prompt (repeatable) and --prompts-file, in that order."""
+    prompts = list(args.prompt or [])
+    if args.prompts_file is not None:
+        prompts += read_prompts(args.prompts_file)
+    if not prompts:
+        raise OptionsError("give a prompt: --prompt TEXT (repeat it for a batch) or --prompts-file FILE")
+    return prompts
+
+
+def read_prompts(path: Path) -> list[str]:
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise OptionsError(f"cannot read --prompts-file {path}: {err.strerror}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise OptionsError(f"{path} is not valid JSON ({err.msg}, line {err.lineno}); give a list of strings "
+                               "or a text file with one prompt per line") from None
+        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+            raise OptionsError(f"{path} must hold a JSON list of prompt strings")
+        return data
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def run_batch(options, prompts: list[str], args: argparse.Namespace) -> int:
+    """Decode the prompts as one batch; print each row, its summary, and the batch's totals."""
+    from dataclasses import replace
+
+    from .api import generate_batch
+    from .compare import compare
+
+    seeds = list(_integers("--seeds", args.seeds)) if args.seeds else None
+    batch = generate_batch(options, prompts, seeds=seeds)
+    mismatch = False
+    for r, trace in enumerate(batch):
+        print(f"--- row {r}")
+        print(trace.output_text)
+        print(summary_line(trace))
+        if args.check_rows:
+            alone = generate(replace(options, seed=seeds[r] if seeds else options.seed), prompts[r])
+            verdict = compare(trace, alone)
+            same = trace.output_ids == alone.output_ids
+            print("same as this row decoded alone" if same else
+                  f"against this row decoded alone: {verdict.line()}" if verdict.kind == "rounding" else
+                  "differs from this row decoded alone: mismatch")
+            mismatch |= not same and verdict.kind != "rounding"
+    print(batch_line(batch))
+    if args.trace:
+        args.trace.write_text(batch.to_json(indent=1), encoding="utf-8")
+        print(f"batch trace written to {args.trace}")
+    return 1 if mismatch else 0
+
+
+def batch_line(batch) -> str:
+    t = batch.totals
+    speed = "n/a" if t["tokens_per_second"] is None else f"{t['tokens_per_second']:.1f}"
+    share = "n/a" if t["realign_share"] is None else f"{100 * t['realign_share']:.1f}%"
+    taus = " ".join("-" if x is None else f"{x:.2f}" for x in t["tau"])
+    return (f"[{batch.label}] rows={t['batch']} tokens={t['tokens']} rounds={t['rounds']} total tok/s={speed} "
+            f"realign={share} tau per row: {taus}")
+
+
 def list_models() -> None:
     from .models import describe_models
 
@@ -138,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             list_models()
             return 0
         options = options_from(args).validate()
-        trace = generate(options, args.prompt, compare_baseline=args.compare_baseline)
+        prompts = prompts_from(args)
+        if len(prompts) > 1 or args.prompts_file is not None:
+            return run_batch(options, prompts, args)
+        trace = generate(options, prompts[0], compare_baseline=args.compare_baseline)
     except (OptionsError, ModelError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

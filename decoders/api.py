@@ -17,6 +17,8 @@ from typing import Iterator, Protocol
 import torch
 
 from . import kernels
+from .batch.ragged import RaggedRunner
+from .batch.trace import BatchTrace
 from .beams import run as beam_run
 from .compare import compare
 from . import registry
@@ -91,6 +93,57 @@ def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageMo
         baseline = generate(replace(options, method="baseline", record=False), prompt, target)
         trace.baseline_check = compare(trace, baseline).to_dict()
     return trace
+
+
+def stream_batch(options: DecodeOptions, prompts: list[str | list[int]], seeds: list[int] | None = None,
+                 target: LanguageModel | None = None, draft: LanguageModel | None = None,
+                 max_new_tokens: list[int] | None = None) -> Iterator[BatchTrace]:
+    """Decode B prompts together (decoders/batch), yielding the live BatchTrace (a list of the rows' Traces) after
+    every batched round. Row r samples exactly as generate(options with seed=seeds[r], prompts[r]) would
+    (max_new_tokens: each row's own budget, default options.max_new_tokens for every row)."""
+    from .batch import loop as batch_loop, run as batch_run
+
+    prompts = list(prompts) if isinstance(prompts, (list, tuple)) else prompts
+    if not isinstance(prompts, list):
+        raise OptionsError("prompts must be a list of prompts (texts or token-id lists), one per row")
+    batch_run.check_batch(options, len(prompts), seeds, max_new_tokens)
+    seeds = list(seeds) if seeds is not None else [options.seed] * len(prompts)
+    row_options = [replace(options, seed=seed, max_new_tokens=cap) for seed, cap in
+                   zip(seeds, max_new_tokens or [options.max_new_tokens] * len(prompts))]
+    if draft is None:
+        check_draft_before_loading(options, target)
+    with contextlib.ExitStack() as holding:
+        target = target or _load(options.model, options)
+        holding.enter_context(_hold(target))
+        batch_run.check_model(target.model)
+        prompt_ids = [_prompt_ids(target, prompt, row) for prompt, row in zip(prompts, row_options)]
+        if uses_draft_model(options):
+            draft = draft or _load_draft(draft_for(options), options)
+            holding.enter_context(_hold(draft))
+            _check_pair(target, draft)
+        runner = RaggedRunner(target.model, len(prompts))
+        drafter = batch_run.build_drafter(BuildContext(options, runner, target, draft), len(prompts))
+        builders = [TraceBuilder(_new_trace(row, target, draft, prompt, ids), target.decode, options.record)
+                    for prompt, ids, row in zip(prompts, prompt_ids, row_options)]
+        batch = BatchTrace([b.trace for b in builders], options.to_dict(), "batched " + label(options))
+        rules = [registry.build_rule(options) for _ in prompts]
+        generators = [seeded_generator(runner.device, seed) for seed in seeds]
+        warp = Warp(options.temperature, options.top_k, options.top_p)
+        yield from batch_loop.run_batch_rounds(runner, drafter, rules, warp, prompt_ids,
+                                               [row.max_new_tokens for row in row_options], set(target.eos_token_ids),
+                                               generators, builders, batch)
+
+
+def generate_batch(options: DecodeOptions, prompts: list[str | list[int]], seeds: list[int] | None = None,
+                   target: LanguageModel | None = None, draft: LanguageModel | None = None,
+                   max_new_tokens: list[int] | None = None) -> BatchTrace:
+    """Blocking call: drain stream_batch; returns one Trace per row (with .output_ids), plus the batch's rounds."""
+    batch = None
+    for batch in stream_batch(options, prompts, seeds, target, draft, max_new_tokens):
+        pass
+    if batch is None:  # unreachable: every run has at least one round
+        raise RuntimeError("the batch decoder produced no round")
+    return batch
 
 
 def _prompt_ids(target: LanguageModel, prompt: str | list[int], options: DecodeOptions) -> list[int]:

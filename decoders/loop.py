@@ -44,10 +44,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             t_draft = clock.lap()
             # 2. score every node in one target forward; 3. verify (the one verification core)
             tree = proposal.tree
-            if drafter.wants_target_hidden:  # logits (N+1, V), features (N+1, H) from the same forward
-                logits, features = target.forward_tree(tree, hidden=True)
-            else:
-                logits, features = target.forward_tree(tree), None  # (N+1, V)
+            # logits (N+1, V); features (N+1, H) from the same forward when the drafter wants them, else None
+            logits, features = drafter.score(target, tree, drafter.wants_target_hidden)
             p = None if warp.greedy else warp.probs(logits)  # (N+1, V), None at temperature 0
             verdict = verify(tree, logits, p, generator)
             t_verify = clock.lap()
@@ -79,6 +77,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         builder.finish(stop_reason)
         # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
         builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
+        builder.trace.totals.update(drafter.summary())
         drafter.close()
         target.release()
 

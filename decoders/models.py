@@ -264,6 +264,23 @@ def _estimated_bytes(name: str, dtype: torch.dtype) -> int:
     return 0
 
 
+def load_other(key: tuple, build: Callable[[Progress], object], device: torch.device, estimate: int,
+               progress: Progress | None = None):
+    """A model that is not a language model (Whisper's), kept resident within the same memory budget and LRU order
+    as the language models: `build(say)` returns an object with .name, .device and .model (its nn.Module), called
+    only when `key` is not resident; `estimate` is its size in bytes before loading (0: unknown)."""
+    say = progress or (lambda message: None)
+    with _LOCK:
+        loaded = _RESIDENT.get(key)
+        if loaded is None:
+            budget = memory_budget_bytes(device)
+            _RESIDENT.make_room(device, _RESIDENT.was_unloaded(key) or estimate, budget, say)
+            loaded = build(say)
+            _RESIDENT.add(key, loaded, model_bytes(loaded.model))
+            _RESIDENT.make_room(device, 0, budget, say, keep=key)
+        return loaded
+
+
 @contextlib.contextmanager
 def hold(*loaded: object):
     """While a decode runs, the models it uses stay loaded: eviction skips held models (None is ignored)."""

@@ -70,6 +70,8 @@ class DecodeOptions:
     ddd_width: int = 10  # DDD paper: beam width w (frontier nodes kept per step)
     eagle_head: str | None = None  # tree drafters: grow with an EAGLE head, not the draft model: a head folder, a
     #                                hub id, or "auto" (the shipped or trained head of `model`); None = the draft model
+    self_weights: str = "auto"  # early-exit / prophet: a trained weights folder, or "auto" (the shipped or trained
+    #                            ones for `model`: decoders/selfdraft/store.py)
     tree_paths: tuple[tuple[int, ...], ...] | None = None  # eagle1: the static tree as rank paths, e.g. ((0,), (1,),
     #                                                        (0, 0)); None = SpecLab's 24-node default (tree_draft.py)
 
@@ -89,7 +91,7 @@ class DecodeOptions:
         family = registry.method(self.method).family  # an unknown method lists the known ones
         _one_of("dtype", self.dtype, DTYPES)
         _one_of("draft_quant", self.draft_quant, DRAFT_QUANTS)
-        _int_range("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
+        _int_range("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT, _MAX_NEW_TOKENS_FIX)
         if not 0.0 <= self.temperature <= 5.0:
             raise OptionsError(f"temperature must be between 0 (greedy) and 5, got {self.temperature}")
         if self.top_k < 0:
@@ -242,6 +244,22 @@ def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise OptionsError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
 
 
-def _int_range(name: str, value: int, low: int, high: int) -> None:
+def _int_range(name: str, value: int, low: int, high: int, fix=None) -> None:
+    """`fix(value)`: an optional sentence saying what to do instead (appended after a colon)."""
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise OptionsError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+        hint = fix(value) if fix else ""
+        raise OptionsError(f"{name} must be a whole number from {low} to {high}, got {value!r}" +
+                           (f": {hint}" if hint else ""))
+
+
+def _max_new_tokens_fix(value) -> str:
+    """Say why out loud instead of generating 1 token for 0 or quietly clamping 100000 (issue 24)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        return "a run must generate at least 1 new token after the prompt; set max new tokens to 1 or more"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (f"SpecLab stops a run at {MAX_NEW_TOKENS_LIMIT} new tokens (and the prompt plus them must fit the "
+                f"model's context); set max new tokens to {MAX_NEW_TOKENS_LIMIT} or fewer")
+    return ""
+
+
+_MAX_NEW_TOKENS_FIX = _max_new_tokens_fix

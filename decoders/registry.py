@@ -85,6 +85,7 @@ class DrafterSpec:
     uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
+    batched: Callable[[BuildContext, int], object] | None = None  # B rows at once (decoders/batch); None: no batch
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -133,20 +134,62 @@ def _tree_step_prior(ctx: BuildContext) -> float:
     return 0.1 if ctx.options.eagle_head is not None else _size_ratio(ctx)
 
 
+def _batched(name: str, ctx: BuildContext, batch: int):
+    from .batch.drafters import build as build_batched  # decoders/batch imports the drafters, not the registry
+
+    return build_batched(name, ctx, batch)
+
+
 def _grown_by_draft_model(options: "DecodeOptions") -> bool:
     return options.eagle_head is None
+
+
+def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
+    """Early exit / prophet over the target, with trained weights: a folder, or "auto" (shipped or trained)."""
+    def build(ctx: BuildContext) -> Drafter:
+        from .drafters.early_exit import EarlyExitDrafter
+        from .drafters.prophet import ProphetDrafter
+        from .selfdraft import store
+
+        source = ctx.options.self_weights
+        try:
+            module = store.load(store.locate(kind, ctx.options.model) if source == "auto" else source, ctx.runner.model)
+        except (OSError, ValueError, RuntimeError, KeyError) as err:  # missing, or trained for another target
+            raise OptionsError(f"{kind}: {err}") from None
+        if kind == "early-exit":
+            return EarlyExitDrafter(ctx.runner, module)
+        return ProphetDrafter(module, ctx.runner.model.config.vocab_size)
+    return build
+
+
+def _self_cost(kind: str) -> Callable[[BuildContext], float]:
+    """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers."""
+    def prior(ctx: BuildContext) -> float:
+        from .runner import decoder_layers
+
+        total = len(decoder_layers(ctx.runner.model))
+        return (5 if kind == "early-exit" else 1) / total  # the shipped SmolLM2 shapes: k = 4 (+1), 1 prophet layer
+    return prior
 
 
 _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
-                help="a smaller model of the same family"),
+                help="a smaller model of the same family", batched=lambda ctx, b: _batched("draft-model", ctx, b)),
     DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
                 lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
-                help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0),
+                help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0,
+                batched=lambda ctx, b: _batched("prompt-lookup", ctx, b)),
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
-                help="the target itself with some layers skipped", cost_prior=_layers_kept),
+                help="the target itself with some layers skipped", cost_prior=_layers_kept,
+                batched=lambda ctx, b: _batched("layer-skip", ctx, b)),
+    DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
+                help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
+                cost_prior=_self_cost("early-exit")),
+    DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
+                help="a small trained decoder that drafts from the target's last hidden state",
+                cost_prior=_self_cost("prophet")),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
                 cost_prior=_tree_step_prior),

@@ -157,7 +157,8 @@ def test_the_page_shows_the_opening_values():
     assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
     narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
     trees = list(TREE_DRAFTERS) if controls.has_head(OPENING.model) else []  # grown by its EAGLE head, if shipped
-    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"] + trees
+    learned = [d for d in controls.SELF_DRAFTERS if controls.has_self_weights(OPENING.model, d)]  # shipped weights
+    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"] + learned + trees
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
 

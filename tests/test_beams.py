@@ -58,7 +58,7 @@ def test_beam_search_eos_ends_the_best_candidate_somewhere():
         prompt = [(7 * seed + i * 5) % 48 for i in range(6)]
         eos = _eos_that_fires(lm.model, prompt, 3)
         result = beam_search(lm.model, prompt, 3, 12, {eos})
-        hits += any(tokens and tokens[-1] == eos for tokens, _ in result.candidates)
+        hits += any(c.tokens and c.tokens[-1] == eos for c in result.candidates)
     assert hits >= 2
 
 
@@ -217,3 +217,76 @@ def test_cli_rejects_impossible_beam_options_in_one_line(capsys):
                      "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: width 5 is more than the 3") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("method", ["beam-search", "beam-sampling", "dsbd"])
+def test_beam_decode_time_leaves_out_prefill_and_a_slow_consumer(method):
+    """One clock with the chain loop (decoders/clock.py): a slow prefill lands in prefill_seconds and a consumer
+    that takes its time with every yielded iteration does not count as decode time."""
+    import time
+
+    from decoders import stream
+
+    target = tiny_llama(vocab=32, seed=0)
+    draft = noisy_copy(target, 0.1)
+    prefill, pause = 0.3, 0.05
+
+    def slow_prefill(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length() == 0:  # the cache is empty: this forward is the prefill
+            time.sleep(prefill)
+
+    handles = [m.model.register_forward_pre_hook(slow_prefill, with_kwargs=True) for m in (target, draft)]
+    try:
+        options = DecodeOptions(model="tiny", method=method, width=2, max_new_tokens=8, gamma=2,
+                                temperature=0.0 if method == "beam-search" else 1.0)
+        trace, yields = None, 0
+        for trace in stream(options, [1, 2, 3], target=target, draft=draft):
+            yields += 1
+            time.sleep(pause)  # the consumer (a renderer, a slow client)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert yields >= 2
+    assert trace.prefill_seconds >= prefill
+    assert trace.decode_seconds < min(prefill, pause * yields) / 2
+    assert trace.totals["tokens_per_second"] == pytest.approx(len(trace.output_ids) / trace.decode_seconds)
+
+
+def test_finished_pool_keeps_each_sequence_once_so_full_means_distinct():
+    pool = FinishedPool(2)
+    pool.add([4, 5], -1.0, -3.0)
+    pool.add([4, 5], -2.0, -3.0)  # the same sequence again, worse score: ignored
+    assert not pool.full and len(pool.items) == 1
+    pool.add([4, 5], -0.5, -3.0)  # the same sequence, better score: it keeps the better one
+    assert [(c.tokens, c.score) for c in pool.items] == [([4, 5], -0.5)]
+    pool.add([6], -0.7, -1.0)
+    assert pool.full and [c.tokens for c in pool.items] == [[4, 5], [6]]
+
+
+def _teacher_forced_logp(model, prompt: list[int], tokens: list[int]) -> float:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1]  # (T, V)
+    return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).sum())
+
+
+@pytest.mark.parametrize("method", ["beam-search", "beam-sampling", "dsbd"])
+def test_candidates_are_distinct_and_carry_their_true_log_p(method):
+    """Every candidate is a different sequence (no identical #1 and #2), and its logp is the target's own
+    cumulative log-probability of its tokens, which the ranking score of beam sampling and DSBD is not."""
+    target = tiny_llama(vocab=16, seed=3, scale=0.5).with_eos(5)
+    draft = noisy_copy(target, 0.1)
+    prompt = [1, 2, 3]
+    gaps = []
+    for seed in range(4):
+        options = DecodeOptions(model="tiny", method=method, width=4, max_new_tokens=8, gamma=3, seed=seed,
+                                temperature=0.0 if method == "beam-search" else 1.0)
+        trace = generate(options, prompt, target=target, draft=draft)
+        sequences = [tuple(c["tokens"]) for c in trace.candidates]
+        assert len(sequences) == len(set(sequences))
+        for c in trace.candidates:
+            true = _teacher_forced_logp(target.model, prompt, c["tokens"])
+            assert c["logp"] == pytest.approx(true, abs=1e-3)
+            gaps.append(abs(c["score"] * len(c["tokens"]) - true))
+    if method != "beam-search":  # the renormalised score is a different number
+        assert max(gaps) > 0.1

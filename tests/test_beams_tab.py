@@ -93,7 +93,123 @@ def test_bad_input_gives_a_message(tiny_models, over, needle):
     assert not tiny_models, "nothing should load for bad input"
 
 
-def test_dsbd_without_a_paired_draft_says_where_to_choose_one(monkeypatch):
-    results = list(beams_tab.run_beams("hi", "smollm2-135m", beams_tab.SAME_AS_PAIRING, "dsbd", 3, 3, 0.7, 1, MEMORY,
-                                       8, 0))
-    assert "no default draft model" in results[0]["error"] and "Draft model (DSBD)" in results[0]["error"]
+def test_dsbd_with_defaults_drafts_with_the_target_itself_and_says_so():
+    """SmolLM2 has no paired draft: the default DSBD run works (the model drafts for itself) and the status says
+    why every draft is accepted, instead of an API message about draft_model=."""
+    options = beams_tab.options_for("dsbd", "smollm2-135m", beams_tab.SAME_AS_PAIRING, 4, 4, 0.7, 1, MEMORY, 8, 0)
+    assert options.draft_model == "smollm2-135m"
+    note = beams_tab.self_draft_note(options)
+    assert "itself" in note and "draft_model" not in note
+    paired = beams_tab.options_for("dsbd", "qwen2.5-coder-1.5b", beams_tab.SAME_AS_PAIRING, 4, 4, 0.7, 1, MEMORY, 8, 0)
+    assert paired.draft_model is None and not beams_tab.self_draft_note(paired)  # the registry pairing decides
+
+
+def test_default_dsbd_run_streams_with_the_self_draft_note(tiny_models, monkeypatch):
+    monkeypatch.setattr(beams_tab, "_pairing", lambda model: None)
+    monkeypatch.setattr(loading, "draft_name", lambda o: o.draft_model)
+    results = list(beams("dsbd"))
+    final = results[-1]
+    assert final["error"] == "" and "drafts with tiny itself" in final["status"]
+    assert "draft_model" not in " ".join(str(r.get("status", "")) for r in results)
+
+
+def test_an_error_after_loading_clears_the_loading_status(tiny_models, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the decoder broke")
+        yield  # a generator, like the real one
+
+    monkeypatch.setattr(beams_tab, "decode_iterations", broken)
+    results = list(beams("beam-sampling"))
+    assert results[0]["status"].startswith("Loading")
+    assert "the decoder broke" in results[-1]["error"] and results[-1]["status"] == ""
+
+
+def test_models_load_inside_the_decode_slot_and_stay_held(tiny_models, monkeypatch):
+    """loading.loaded: the load happens while the decode slot is held, before the decode takes it itself."""
+    from app.shared.decode_slot import DECODE_SLOT
+
+    calls = []
+    real = loading.loaded
+
+    def spy(*runs, **kwargs):
+        calls.append([o.method for o in runs])
+        return real(*runs, **kwargs)
+
+    monkeypatch.setattr(loading, "loaded", spy)
+    during = []
+    real_load = loading.load
+    monkeypatch.setattr(loading, "load", lambda name, options, report=None: during.append(DECODE_SLOT.locked())
+                        or real_load(name, options, report))
+    list(beams("beam-sampling"))
+    assert calls == [["beam-sampling"]] and during and during[0] is True
+
+
+def test_each_click_computes_once(tiny_models, monkeypatch):
+    """Run decodes once, a slider move draws each view once, Stop stops once: the wiring hands one result to
+    every output (the old lambdas called the handler once per output)."""
+    import gradio as gr
+
+    counts = {"decode": 0, "forest": 0, "stop": 0}
+    real_decode, real_forest, real_stop = beams_tab.decode_iterations, beams_tab.forest_figure, beams_tab.stop
+
+    def count(key, fn):
+        def wrapped(*args, **kwargs):
+            counts[key] += 1
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(beams_tab, "decode_iterations", count("decode", real_decode))
+    monkeypatch.setattr(beams_tab, "forest_figure", count("forest", real_forest))
+    monkeypatch.setattr(beams_tab, "stop", count("stop", real_stop))
+    with gr.Blocks() as demo:
+        beams_tab.build()
+    fns = {f.api_name: f.fn for f in demo.fns.values()}
+    session = RunSession()
+    args = ["hello", "tiny", beams_tab.SAME_AS_PAIRING, "dsbd", 3, 3, 0.7, 1, MEMORY, 12, 0, session]
+    outputs = list(fns["beams_run"](*args))
+    assert counts["decode"] == 1 and len(outputs[-1]) == len(beams_tab.OUTPUTS)
+    trace = outputs[-1][beams_tab.OUTPUTS.index("trace")]
+    counts["forest"] = 0
+    views = fns["beams_iteration"](trace, 1)
+    assert counts["forest"] == 1 and len(views) == len(beams_tab.VIEWS)
+    session.queued = 1  # something to stop
+    assert len(fns["beams_stop"](session)) == 2 and counts["stop"] == 1
+
+
+SERVER_EXIT = r'''
+import sys
+sys.path.insert(0, "tests")
+import torch
+from tiny import noisy_copy, tiny_qwen2
+from app.shared import loading
+import app.tabs.beams as beams_tab
+
+target = tiny_qwen2(vocab=32, seed=0)
+draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
+loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
+loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
+from app_server import launched_demo
+from gradio_client import Client
+
+with launched_demo() as url:
+    out = Client(url, verbose=False).predict("hello", "tiny", beams_tab.SAME_AS_PAIRING, "dsbd", 3, 3, 0.7, 1,
+                                             next(iter(beams_tab.MEMORY_MODES)), 10, 0, api_name="/beams_run")
+print("STATUS", out[0])
+print("ERROR", out[1])
+'''
+
+
+def test_a_dsbd_run_in_the_server_path_then_exit_returns_0(tmp_path):
+    """Issue 23 item 5: after a DSBD run inside the app server (models loaded and run in Gradio's worker threads),
+    the process must exit cleanly (rc 0), not abort at exit (rc 134)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    done = subprocess.run([sys.executable, "-c", SERVER_EXIT], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "STATUS DSBD" in done.stdout and "ERROR \n" in done.stdout + "\n", done.stdout[-2000:]

@@ -175,7 +175,7 @@ def test_dsbd_forest_records_are_consistent(settings):
         assert len(lengths) <= 1  # every beam carried forward has the same length
         assert all(beam["tokens"][-1] == 7 for beam in step["ended"])
         assert all(7 not in beam["tokens"][:-1] for beam in step["beams"] + step["ended"])  # EOS ends a beam at once
-    assert all(7 not in tokens[:-1] for tokens, _ in result.candidates)
+    assert all(7 not in c.tokens[:-1] for c in result.candidates)
 
 
 def test_dsbd_beams_that_draw_eos_leave_the_live_set():
@@ -187,7 +187,7 @@ def test_dsbd_beams_that_draw_eos_leave_the_live_set():
         result = dsbd(target.model, draft.model, [5, 6], DsbdSettings(width=4, gamma=3), 12, {eos}, Warp(1.0),
                       torch.Generator().manual_seed(seed))
         ended += sum(len(step["ended"]) for step in result.steps)
-        assert all(eos not in tokens[:-1] for tokens, _ in result.candidates)
+        assert all(eos not in c.tokens[:-1] for c in result.candidates)
     assert ended > 0
 
 
@@ -207,3 +207,79 @@ def test_dsbd_drafts_with_the_registry_pairing():
     assert draft_for(DecodeOptions(model="qwen2.5-coder-1.5b", method="dsbd", temperature=1.0)) == "qwen2.5-coder-0.5b"
     with pytest.raises(OptionsError, match="pass draft_model"):
         draft_for(DecodeOptions(model="smollm2-135m", method="dsbd", temperature=1.0))
+
+
+class _HeldKV:
+    """Every KV cache the models write into, and the most bytes all of them held at once right after a forward:
+    what the process really held, whatever the decoder's own accounting says."""
+
+    def __init__(self, *models):
+        import weakref
+
+        self.caches = weakref.WeakSet()
+        self.peak = 0
+        self.handles = [m.register_forward_hook(self._after, with_kwargs=True) for m in models]
+
+    def _after(self, module, args, kwargs, output):
+        from decoders import cache as kv
+
+        if kwargs.get("past_key_values") is not None:
+            self.caches.add(kwargs["past_key_values"])
+        self.peak = max(self.peak, sum(kv.bytes_held(c) for c in list(self.caches)))
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("one_input_beam", [True, False])
+def test_dsbd_peak_kv_counts_everything_held_at_the_peak(one_input_beam):
+    """The reported peak is what both models' caches held at once after the worst forward: the draft's layers and
+    the target's scored forest included (the old accounting read the caches after compaction and missed both)."""
+    target, draft = _pair()
+    held = _HeldKV(target.model, draft.model)
+    try:
+        result = dsbd(target.model, draft.model, list(range(1, 20)), DsbdSettings(width=4, gamma=4,
+                      one_input_beam=one_input_beam), 24, set(), Warp(1.0), torch.Generator().manual_seed(0))
+    finally:
+        held.close()
+    after_iterations = max(sum(step["kv_bytes"].values()) for step in result.steps)
+    assert held.peak > after_iterations  # the forest block and the draft layers really are held at some point
+    assert result.peak_kv_bytes == held.peak
+
+
+def test_dsbd_drafts_without_copying_the_draft_cache(monkeypatch):
+    """The draft's layers grow in its own cache and are cropped off: no deep copy of the cache per iteration."""
+    import copy
+
+    target, draft = _pair()
+    copies = []
+    real = copy.deepcopy
+    monkeypatch.setattr(copy, "deepcopy", lambda *a, **k: copies.append(1) or real(*a, **k))
+    result = dsbd(target.model, draft.model, [1, 2, 3], DsbdSettings(width=4, gamma=3, one_input_beam=True), 12,
+                  set(), Warp(1.0), torch.Generator().manual_seed(0))
+    assert len(result.tokens) == 12 and not copies
+
+
+def test_dsbd_draft_forest_logits_equal_direct_forwards():
+    """Layer ℓ's draft logits from the forest in the draft cache equal a plain forward over each draft's path."""
+    from decoders.beams.forest import draft_forest_layer
+
+    lm = tiny_llama(vocab=32, seed=1)
+    prompt = [3, 9, 4, 1]
+    rows = BeamRows(lm.model)
+    rows.prefill(prompt)
+    rows.reorder([0, 0])
+    start = rows.length
+    block = [[-1], [-1]]
+    draft_forest_layer(rows, start, block, [(0, 0), (1, 0)], [1, 7])
+    block[0] += [0, 0]  # two children of row 0's root, none of row 1's: row 1 gets two padding columns
+    logits = draft_forest_layer(rows, start, block, [(0, 1), (0, 2)], [5, 6])  # (2, V)
+    block[0].append(1)  # a grandchild under (0, 1); row 1 pads again
+    deeper = draft_forest_layer(rows, start, block, [(0, 3)], [11])  # (1, V)
+    with torch.no_grad():
+        for got, path in ((logits[0], [1, 5]), (logits[1], [1, 6]), (deeper[0], [1, 5, 11])):
+            direct = lm.model(torch.tensor([prompt[:-1] + path])).logits[0, -1]
+            assert torch.allclose(got, direct, atol=1e-4), path
+    rows.crop(start)
+    assert rows.length == start and rows.rows == 2

@@ -119,6 +119,27 @@ def test_stream_holds_its_models_while_it_decodes(fake_loader):
     assert models.resident_models()[0]["held"] is False
 
 
+def test_whisper_models_share_the_budget_and_are_held_while_they_decode(fake_loader):
+    """Whisper models (decoders/whisper/models.py) sit in the same resident set: counted, evicted LRU, held."""
+    pytest.importorskip("whisper")
+    from decoders.whisper.models import resident_whisper
+
+    whisper = resident_whisper("whisper-tiny.en")
+    assert resident() == ["whisper-tiny.en"] and resident_whisper("whisper-tiny.en") is whisper  # served resident
+    whisper_bytes = residency.model_bytes(whisper.model)
+    assert models.resident_models()[0]["gb"] == round(whisper_bytes / 1e9, 3) > 0.1  # tiny.en: ~0.15 GB float32
+    models.set_memory_budget((whisper_bytes + 1.5 * tiny_bytes()) / 1e9)  # Whisper and one language model
+    with models.hold(whisper):  # a transcription is running
+        models.load_model("fake/a", dtype="float32", device="cpu")
+        models.load_model("fake/b", dtype="float32", device="cpu")
+        assert resident() == ["whisper-tiny.en", "fake/b"]  # fake/a went, the held Whisper stayed
+    messages = []
+    models.load_model("fake/c", dtype="float32", device="cpu", progress=messages.append)
+    assert resident() == ["fake/b", "fake/c"]  # released: Whisper was least recently used
+    assert any(m.startswith("unloading whisper-tiny.en (") for m in messages)
+    assert resident_whisper("whisper-tiny.en") is not whisper  # loaded again, within the budget
+
+
 # ---------------------------------------------------------------- memory really comes back
 
 def rss_bytes() -> int:

@@ -10,7 +10,9 @@ from decoders import DecodeOptions, OptionsError, generate
 
 BAD = [
     (dict(max_new_tokens=0), "max_new_tokens must be a whole number from 1"),
+    (dict(max_new_tokens=0), "at least 1 new token"),
     (dict(max_new_tokens=10**6), "max_new_tokens must be a whole number from 1 to 4096"),
+    (dict(max_new_tokens=100000), "set max new tokens to 4096 or fewer"),
     (dict(temperature=-0.5), "temperature must be between 0"),
     (dict(top_p=0.0), "top_p must be in"),
     (dict(top_k=-1), "top_k must be 0"),

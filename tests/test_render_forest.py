@@ -2,6 +2,8 @@
 status, survivors and finished beams marked; D[W] bars sum to 1 with the thres line; candidates ranked."""
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from app.figures.forest import (FINISHED_COLOR, SURVIVOR_COLOR, beam_paths, candidates_html, forest_figure,
@@ -116,4 +118,50 @@ def test_candidates_are_ranked_and_scores_plotted():
 def test_empty_views_say_so():
     assert "no beam forest" in forest_figure(None).layout.title.text
     assert "No finished" in candidates_html(None)
-    assert "no DSBD" in width_figure(None).layout.title.text
+    assert "No DSBD layer yet" in width_figure(None).layout.annotations[0].text
+
+
+@pytest.mark.parametrize("method", ["dsbd", "beam-sampling"])
+def test_sampled_beam_scores_are_not_called_log_p_and_true_log_p_sits_beside_them(method):
+    trace = forest_trace()
+    trace.method = method
+    trace.candidates[0]["logp"] = -3.5
+    out = html.unescape(candidates_html(trace))
+    assert "score (log of per-step draw probability)" in out and "not the sequence's log p" in out
+    assert "log p (target)" in out and "-3.50" in out
+    fig = scores_figure(trace)
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert "log p" not in title.replace("log of per-step draw probability", "")
+    assert "draw probability" in title and "not log p" in fig.layout.yaxis.title.text
+    assert "renormalised" in fig.data[0].hovertemplate
+    trace.iterations[0]["nodes"][5]["score"] = -0.7  # a beam-sampling-like node with a score and its log p
+    trace.iterations[0]["nodes"][5]["logp"] = -2.1
+    hovers = " ".join(h for t in forest_figure(trace).data if t.hovertext for h in t.hovertext)
+    assert "score (log of per-step draw probability) = -0.7" in hovers and "log p (target, cumulative) = -2.1" in hovers
+    assert "score (log p)" not in hovers
+
+
+def test_beam_search_score_is_called_cumulative_log_p():
+    trace = forest_trace()
+    trace.method = "beam-search"
+    assert "score (cumulative log p)" in candidates_html(trace)
+    assert "cumulative log p" in scores_figure(trace).layout.title.text.replace("<br>", " ")
+
+
+def test_width_panel_says_in_words_why_it_is_empty_for_beam_sampling():
+    trace = forest_trace()
+    trace.method = "beam-sampling"
+    trace.iterations[0]["layers"] = []
+    fig = width_figure(trace)
+    assert not fig.data and "keep a fixed width" in fig.layout.annotations[0].text.replace("<br>", " ")
+
+
+@pytest.mark.parametrize("reason, words", [("max_new_tokens", "reached max tokens"),
+                                           ("eos", "ended at end-of-sequence"), ("cancelled", "stopped with Stop")])
+def test_summary_line_says_the_stop_reason_in_words(reason, words):
+    from app.figures.forest import summary_line
+
+    trace = forest_trace()
+    trace.stop_reason = reason
+    line = summary_line(trace)
+    assert words in line and reason not in line.replace(words, "")

@@ -98,13 +98,15 @@ def test_the_whisper_lesson_tells_what_its_recording_shows(no_model_loads):
 
 
 def test_the_whisper_lesson_draws_beam_search_leaving_greedy_and_lists_the_transcripts(no_model_loads):
+    from app.figures.whisper import DIVERGED_NAME
+
     lesson = _whisper_lesson()
     assert not teach.runs_in_generate(lesson)
     fig = teach.lesson_figure(lesson)
     assert "standard beam search" in fig.layout.title.text
-    assert any(t.name == "diverges from the first decoder" for t in fig.data)  # greedy is the first decoder
+    assert any(t.name == DIVERGED_NAME for t in fig.data)  # greedy is the first decoder
     table = teach.lesson_table(lesson)
-    assert "sposed" in table and "disposed" in table and "WER" in table and "<td>0.0%</td>" in table
+    assert "sposed" in table and "disposed" in table and "WER" in table and ">0.0%</td>" in table
     assert teach.lesson_table(teach.ready()[0]) == ""
 
 
@@ -163,3 +165,26 @@ def test_the_learn_tab_builds_with_its_buttons_wired():
     assert len(whisper_wired) == 1 and "Try it: load this clip and these decoders into the Whisper tab" in labels
     audio, example, reference, chosen, note = whisper_wired[0].fn()
     assert example["value"] == "librivox-0880.wav" and "beam" in chosen["value"] and "Whisper" in note
+
+
+def test_the_beams_lesson_try_it_fills_the_beams_tab_with_the_recorded_settings(no_model_loads):
+    """Lesson 6 gets its "Try it" like the others: the Beams tab's controls take the recorded run's settings, and
+    those settings are ones the tab accepts."""
+    import gradio as gr
+
+    from app.tabs import beams as beams_tab
+
+    lesson = next(lesson for lesson in teach.ready() if lesson.figure == "forest")
+    values = teach.beams_try_values(lesson)
+    trace = teach.lesson_trace(lesson)
+    assert values["prompt"] == trace.prompt and values["method"] == trace.method == "dsbd"
+    options = beams_tab.options_for(values["method"], values["model"], values["draft"], values["width"],
+                                    values["gamma"], values["thres"], values["min_width"], values["memory"],
+                                    values["max_tokens"], values["seed"])
+    assert (options.width, options.gamma, options.max_new_tokens) == (trace.options["width"], trace.options["gamma"],
+                                                                      trace.options["max_new_tokens"])
+    with gr.Blocks() as demo:
+        controls = beams_tab.build()
+        teach.build({name: gr.Textbox() for name in teach.EXAMPLE_CONTROLS}, None, controls)
+    buttons = [b for b in demo.blocks.values() if isinstance(b, gr.Button) and "Beams tab" in str(b.value)]
+    assert len(buttons) == 1

@@ -23,8 +23,19 @@ def test_baseline_is_the_yardstick():
 
 
 def test_a_cheap_accurate_draft_wins():
-    text = verdicts.verdict(_row(2.5, tau=4.5, c=0.0, alpha=0.8))
-    assert "2.50×" in text and "cheap and mostly right" in text
+    text = verdicts.verdict({**_row(2.5, tau=4.5, c=0.0, alpha=0.8), "acceptance_rate": 0.85})
+    assert "2.50×" in text and "nearly free" in text and "mostly right (85% of them were accepted)" in text
+
+
+def test_a_cheap_draft_that_is_mostly_wrong_is_not_called_mostly_right():
+    """Issue 24: prompt lookup at 13% acceptance was called "cheap and mostly right"."""
+    text = verdicts.verdict({**_row(1.2, tau=1.4, c=0.01, alpha=0.1), "acceptance_rate": 0.13})
+    assert "mostly right" not in text and "only 13% of them were accepted" in text and "nearly free" in text
+
+
+def test_a_costly_draft_wins_only_by_acceptance():
+    text = verdicts.verdict({**_row(1.3, tau=3.0, c=0.3, alpha=0.7), "acceptance_rate": 0.45})
+    assert "c = 0.30" in text and "45% of them were accepted" in text and "nearly free" not in text
 
 
 def test_no_drafts_means_overhead_only():

@@ -9,7 +9,7 @@ pytest.importorskip("whisper")
 from whisper_helpers import AUDIO, CLIPS, SHORT_CLIPS  # noqa: E402
 
 from app.figures.whisper import BEAM_LABELS, beam_figure, diff_html, shown_nodes  # noqa: E402
-from app.tabs.whisper import DECODERS, show_step, transcribe_all  # noqa: E402
+from app.tabs.whisper.handlers import DECODERS, show_step, transcribe_all  # noqa: E402
 from decoders.whisper.trace import WhisperTrace  # noqa: E402
 from decoders.whisper.wer import align, corpus_wer, normalise, wer  # noqa: E402
 
@@ -20,12 +20,17 @@ def run(audio, decoders=("greedy", "beam"), model="whisper-tiny.en", language="e
     return transcribe_all(audio, reference, model, language, list(decoders), **KNOBS)
 
 
-def test_wer_normalises_case_punctuation_and_hyphens():
+def test_wer_uses_whisper_s_normalisers_and_jiwer():
     assert normalise("He was not an ill-disposed young man.") == "he was not an ill disposed young man".split()
-    assert normalise("10 of clubs, 5-5, 42") == "ten of clubs five five forty two".split()
+    assert normalise("Ten of clubs, Mr. Smith's colour") == "10 of clubs mister smith is color".split()
+    assert normalise("Il fait très beau ce week-end, l'on dit.", "fr") == "il fait très beau ce week end l on dit".split()
+    assert normalise("Xin chào, tôi tên là Nam.", "vi") == "xin chào tôi tên là nam".split()  # tones kept
+    assert wer("ten of clubs", "10 of clubs") == 0.0  # the same words to Whisper's English normaliser
     assert wer("a b c", "a x c") == pytest.approx(1 / 3)
     assert wer("a b c", "a b c d") == pytest.approx(1 / 3)
+    assert wer("a b", "") == 1.0
     assert [op.op for op in align("a b c", "a c")] == ["ok", "del", "ok"]
+    assert [op.op for op in align("a b", "x a b y")] == ["ins", "ok", "ok", "ins"]
     assert corpus_wer([("a b", "a b"), ("c d e f", "c")]) == pytest.approx(3 / 6)
     with pytest.raises(ValueError, match="reference"):
         wer("", "anything")
@@ -48,6 +53,9 @@ def test_silent_and_missing_audio_give_messages():
     import numpy as np
 
     assert "silent" in run((16_000, np.zeros(16_000, dtype=np.int16)))["error"]
+    noise = (np.random.default_rng(0).standard_normal(16_000 * 31) * 3000).astype(np.int16)  # 31 s
+    too_long = run((16_000, noise))
+    assert "trim the clip" in too_long["error"] and "Traceback" not in too_long["error"]
     assert "Record or upload" in run(None)["error"]
     assert "at least one decoder" in run(str(AUDIO / SHORT_CLIPS[0]), decoders=())["error"]
 
@@ -96,16 +104,16 @@ def test_beam_figure_hover_and_persistent_nodes():
 
 def test_a_one_step_search_gives_a_slider_gradio_accepts(monkeypatch):
     """Gradio refuses a slider with minimum == maximum (the step slider starts at 1): one step must not crash."""
-    import decoders.whisper.task as task  # whisper_tab imports transcribe from here at call time
+    import decoders.whisper.jobs as jobs
 
-    real = task.transcribe
+    real = jobs.transcribe
 
-    def one_step(clip, options):
-        trace = real(clip, options)
+    def one_step(clip, options, should_stop=None):
+        trace = real(clip, options, should_stop=should_stop)
         trace.steps = trace.steps[:1]
         return trace
 
-    monkeypatch.setattr(task, "transcribe", one_step)
+    monkeypatch.setattr(jobs, "transcribe", one_step)
     out = run(str(AUDIO / SHORT_CLIPS[0]), decoders=("greedy",))
     assert not out["error"]
     assert out["step"]["maximum"] > 1 and out["step"]["value"] == 1 and out["step"]["visible"] is False

@@ -55,6 +55,47 @@ def test_converter_rejects_a_non_whisper_spec():
         to_whisper_checkpoint("TransformerSpec", {})
 
 
+@pytest.fixture(scope="module")
+def tiny_variables() -> dict:
+    _, variables = read_ct2([WHISPER_REGISTRY[TINY].parts[0].locate()])
+    return variables
+
+
+def test_converter_refuses_what_whisper_cannot_express(tiny_variables):
+    """Each check must fire on a file that differs from openai-whisper's layout in one way (review #15)."""
+    from decoders.whisper.convert import ConversionError
+
+    d = model_dims(tiny_variables)["n_text_state"]
+    key_bias = tiny_variables["decoder/layer_1/self_attention/linear_0/bias"].copy()
+    key_bias[d + 5] = 0.25
+    cross_bias = tiny_variables["decoder/layer_0/attention/linear_1/bias"].copy()
+    cross_bias[0] = -0.5
+    cases = {"decoder/scale_embeddings": ({"decoder/scale_embeddings": np.int8(1)}, "scale_embeddings is 1"),
+             "alibi": ({"decoder/alibi": np.int8(1)}, "alibi is 1"),
+             "activation": ({"decoder/activation": np.int8(1)}, "activation is 1"),
+             "untied projection": ({"decoder/projection/weight": tiny_variables["decoder/projection/weight"] * 2},
+                                   "differs from the token embedding"),
+             "self key bias": ({"decoder/layer_1/self_attention/linear_0/bias": key_bias}, "key bias is not zero"),
+             "cross key bias": ({"decoder/layer_0/attention/linear_1/bias": cross_bias}, "key bias is not zero")}
+    for case, (changes, message) in cases.items():
+        with pytest.raises(ConversionError, match=message):
+            to_whisper_checkpoint("WhisperSpec", {**tiny_variables, **changes})
+
+
+def test_int8_weights_are_dequantised_with_their_scales_and_refused_without(tiny_variables):
+    from decoders.whisper.convert import ConversionError
+
+    name = "decoder/layer_0/ffn/linear_0/weight"
+    weight = tiny_variables[name].astype(np.float32)                       # (4d, d)
+    scale = (127 / np.abs(weight).max(axis=1)).astype(np.float32)          # (4d,): CTranslate2's per-row scale
+    quantised = np.round(weight * scale[:, None]).astype(np.int8)
+    converted = to_whisper_checkpoint("WhisperSpec", {**tiny_variables, name: quantised, name + "_scale": scale})
+    restored = converted["model_state_dict"]["decoder.blocks.0.mlp.0.weight"].numpy()
+    assert np.abs(restored - weight).max() <= 0.5 / scale.min() + 1e-6  # within half a quantisation step
+    with pytest.raises(ConversionError, match="without .*_scale"):
+        to_whisper_checkpoint("WhisperSpec", {**tiny_variables, name: quantised})
+
+
 @pytest.mark.parametrize("name", SHORT_CLIPS)
 def test_per_step_logits_match_ctranslate2(ct2_tiny, name):
     """Teacher-forced on CTranslate2's own greedy output: every step's logits within float32 rounding."""

@@ -6,8 +6,10 @@ trace recorded (decoders/beams/trace.py); nothing here re-derives what the decod
   end nodes outlined; beams that finished (drew EOS) are squares. Hover: token, p, q, score.
 - width_figure: DSBD's acceptance-count distribution D[W] per layer as bars, the tail P(A >= k) against the
   thres line, the chosen width K as the one coloured bar.
-- scores_figure: the score of every beam carried forward, iteration by iteration, and the best finished one.
-- candidates_html: the finished pool, ranked with scores.
+- scores_figure: the ranking score of every beam carried forward, iteration by iteration, and the best finished
+  one. Beam search's score is the cumulative log p; beam sampling's and DSBD's is the log of the per-step
+  renormalised draw probability (score_label / SCORE_HELP say so on screen), not log p.
+- candidates_html: the finished pool, ranked, with the ranking score and the target's true cumulative log p.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -28,6 +30,27 @@ TREE_GAP = 1.0  # rows of space between two input beams' trees
 DSBD_NOTE = ("DSBD here is SpecLab's reconstruction from the authors' official code (the paper's full text was not "
              "available): the layer widths, D[W] and the thres cut follow that code's get_num_acc_prob and "
              "get_expect_cnt_by_thres.")
+
+
+SCORE_HELP = {
+    "beam-search": "Beam search ranks by the cumulative log-probability the target gives the beam's tokens "
+                   "(finished candidates: divided by length^length_penalty, as transformers does).",
+    "sampled": "Beam sampling and DSBD rank by the log of the probability of the beam's last draw in that step's "
+               "joint over (beam, token), renormalised at every step (as the DSBD authors' code does). It is a "
+               "ranking score, not the sequence's log p: each step divides by that step's total, so candidates that "
+               "finish at different steps carry different offsets. The target's true cumulative log p is shown "
+               "beside it (log p)."}
+LOGP_HELP = ("log p: the target's own cumulative log-probability of the candidate's tokens (temperature 1, no "
+             "top-k/top-p), recorded from the same forwards; closer to 0 = more likely.")
+
+
+def score_label(method: str | None) -> str:
+    """The score's name for axis titles and table headers."""
+    return "score (cumulative log p)" if method == "beam-search" else "score (log of per-step draw probability)"
+
+
+def score_help(method: str | None) -> str:
+    return SCORE_HELP["beam-search" if method == "beam-search" else "sampled"]
 
 
 def iteration_of(trace: BeamTrace | None, index: int | None) -> dict | None:
@@ -101,7 +124,8 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     survivors = beam_paths(nodes, it["beams"])
     ended = beam_paths(nodes, it.get("ended", []))
     _edges(fig, nodes, pos, survivors, ended)
-    _nodes(fig, nodes, pos, {p[-1] for p in survivors if len(p) > 1}, {p[-1] for p in ended if len(p) > 1}, it)
+    _nodes(fig, nodes, pos, {p[-1] for p in survivors if len(p) > 1}, {p[-1] for p in ended if len(p) > 1},
+           trace.method)
     title = wrap_title(f"{trace.label} · iteration {it['index'] + 1} of {len(trace.iterations)} · "
                        f"{len(it['beams'])} beams carried forward")
     rows = max((y for _, y in pos.values()), default=0.0) + 1
@@ -134,7 +158,7 @@ def _edges(fig, nodes, pos, survivors, ended) -> None:
                                      hoverinfo="skip", name=name or "edge", showlegend=name is not None))
 
 
-def _nodes(fig, nodes, pos, survivor_ends, ended_ends, it) -> None:
+def _nodes(fig, nodes, pos, survivor_ends, ended_ends, method: str) -> None:
     scores = {n["id"]: n.get("score") for n in nodes}
     for status in FOREST_STATUS:
         group = [n for n in nodes if n["status"] == status]
@@ -145,7 +169,8 @@ def _nodes(fig, nodes, pos, survivor_ends, ended_ends, it) -> None:
             x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", name=FOREST_LABELS[status],
             customdata=ids, text=[visible_token(n.get("text") or "", 10) for n in group],
             textposition="middle right", textfont={"size": 10}, hoverinfo="text",
-            hovertext=[_hover(n, scores.get(n["id"]), n["id"] in survivor_ends, n["id"] in ended_ends) for n in group],
+            hovertext=[_hover(n, scores.get(n["id"]), n["id"] in survivor_ends, n["id"] in ended_ends, method)
+                       for n in group],
             marker={"size": [14 if i in survivor_ends | ended_ends else 10 for i in ids],
                     "color": STATUS_COLORS[status],
                     "symbol": ["square" if i in ended_ends else STATUS_SYMBOLS[status] for i in ids],
@@ -154,14 +179,16 @@ def _nodes(fig, nodes, pos, survivor_ends, ended_ends, it) -> None:
                                        else "#000000" for i in ids]}}))
 
 
-def _hover(node: dict, score, survives: bool, finished: bool) -> str:
+def _hover(node: dict, score, survives: bool, finished: bool, method: str | None = None) -> str:
     if node["status"] == "root":
         return f"input beam {node['row']}" + (f" · last token {html.escape(repr(node['text']))}" if node["text"] else "")
     lines = [f"<b>{html.escape(repr(node.get('text') or ''))}</b> (token {node['token']}) · layer {node['layer']}",
              f"status: {FOREST_LABELS[node['status']]}", f"p (target) = {sig(node.get('p'))}",
              f"q (draft) = {sig(node.get('q'))}"]
     if score is not None:
-        lines.append(f"score (log p) = {sig(score)}")
+        lines.append(f"{score_label(method)} = {sig(score)}")
+    if node.get("logp") is not None:
+        lines.append(f"log p (target, cumulative) = {sig(node['logp'])}")
     if node.get("accept_prob") is not None:
         lines.append(f"acceptance probability = {sig(node['accept_prob'])}")
     if survives:
@@ -169,6 +196,20 @@ def _hover(node: dict, score, survives: bool, finished: bool) -> str:
     if finished:
         lines.append("finished: drew end of sequence")
     return "<br>".join(lines)
+
+
+WIDTH_ONLY_DSBD = ("D[W] is DSBD's: it chooses how many beams each drafted layer keeps. Beam search and beam "
+                   "sampling keep a fixed width, so there is nothing to draw here; pick DSBD to see it.")
+
+
+def _sentence(text: str) -> go.Figure:
+    """A small figure that says something in words (instead of an empty box with axes)."""
+    fig = go.Figure()
+    fig.add_annotation(text="<br>".join(_lines(text, 55)), showarrow=False, x=0.5, y=0.5, xref="paper",
+                       yref="paper", font={"size": 13, "color": "#444444"})
+    fig.update_layout(height=160, xaxis_visible=False, yaxis_visible=False, plot_bgcolor="white",
+                      margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return describe(fig, text)
 
 
 def tail(distribution: list[float]) -> list[float]:
@@ -184,10 +225,8 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
     it = iteration_of(trace, index)
     layers = it["layers"] if it is not None else []
     if not layers:
-        fig = go.Figure()
-        fig.update_layout(title="D[W] per layer: DSBD only" if trace is not None and trace.method != "dsbd"
-                          else "no DSBD layer yet", height=220, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return _sentence(WIDTH_ONLY_DSBD if trace is not None and trace.method != "dsbd" else
+                         "No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
     fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
                         subplot_titles=[f"layer {layer['layer']}: K={layer['width']}"
                                         + ("" if layer.get("passed", True) else " (stopped)") for layer in layers])
@@ -218,38 +257,56 @@ def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     if trace is None or not trace.iterations:
         fig.update_layout(title="no beam scores yet", height=240, xaxis_visible=False, yaxis_visible=False)
         return fig
-    xs, ys, best_x, best_y = [], [], [], []
+    xs, ys, logps, best_x, best_y = [], [], [], [], []
     for it in trace.iterations:
         for beam in it["beams"]:
             xs.append(it["index"] + 1)
             ys.append(beam["score"])
+            logps.append("—" if beam.get("logp") is None else f"{beam['logp']:.3f}")
         if it["finished"]:
             best_x.append(it["index"] + 1)
             best_y.append(max(score for _, score in it["finished"]))
+    label, help_text = score_label(trace.method), "<br>".join(_lines(score_help(trace.method), 60))
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="beam carried forward",
-                             marker={"color": SURVIVOR_COLOR, "size": 7},
-                             hovertemplate="iteration %{x}: score %{y:.3f}<extra></extra>"))
+                             marker={"color": SURVIVOR_COLOR, "size": 7}, customdata=logps,
+                             hovertemplate=f"iteration %{{x}}: {label} %{{y:.3f}}<br>log p (target, cumulative) "
+                                           f"%{{customdata}}<br><i>{help_text}</i><extra></extra>"))
     if best_x:
-        fig.add_trace(go.Scatter(x=best_x, y=best_y, mode="lines+markers", name="best finished (length-normalised)",
-                                 line={"color": FINISHED_COLOR}, marker={"symbol": "square"}))
+        fig.add_trace(go.Scatter(x=best_x, y=best_y, mode="lines+markers", name="best finished (÷ length)",
+                                 line={"color": FINISHED_COLOR}, marker={"symbol": "square"},
+                                 hovertemplate=f"iteration %{{x}}: best finished candidate's {label} ÷ its length "
+                                               f"%{{y:.3f}}<extra></extra>"))
     it = iteration_of(trace, index)
     fig.add_vline(x=it["index"] + 1, line={"dash": "dot", "color": "#888888"})
-    fig.update_layout(title={"text": "Beam scores (log p) by iteration", "font": {"size": 14}}, height=280,
-                      xaxis={"title": "iteration", "dtick": max(1, len(trace.iterations) // 10)},
-                      yaxis={"title": "score"}, margin={"l": 50, "r": 10, "t": 50, "b": 40}, plot_bgcolor="white",
+    fig.update_layout(title={"text": wrap_title(f"Beam ranking {label} by iteration"), "font": {"size": 14}},
+                      height=300, xaxis={"title": "iteration", "dtick": max(1, len(trace.iterations) // 10)},
+                      yaxis={"title": "score" if trace.method == "beam-search" else "score (not log p)"}, margin={"l": 50, "r": 10, "t": 50, "b": 40}, plot_bgcolor="white",
                       legend={"orientation": "h", "y": -0.3})
     return describe(fig, f"Scores of {len(ys)} beams over {len(trace.iterations)} iterations.")
 
 
 def candidates_html(trace: BeamTrace | None) -> str:
-    """The finished pool ranked best first (the trace's own order), with the length-normalised score."""
+    """The finished pool ranked best first (the trace's own order): its ranking score ÷ length and the target's
+    true cumulative log p, each with a hover that says what it is. Every candidate is a different sequence."""
     if trace is None or not trace.candidates:
         return '<div id="bm-candidates">No finished candidates yet.</div>'
+    score_tip = html.escape(score_help(trace.method) + " Shown divided by the candidate's length.", quote=True)
+    logp_tip = html.escape(LOGP_HELP, quote=True)
     rows = "".join(f'<tr data-rank="{rank}"><td>{rank}</td><td class="bm-text">{html.escape(c["text"])}</td>'
-                   f"<td>{sig(c['score'])}</td><td>{len(c['tokens'])}</td></tr>"
+                   f'<td title="{score_tip}">{sig(c["score"])}</td>'
+                   f'<td title="{logp_tip}">{"—" if c.get("logp") is None else sig(c["logp"])}</td>'
+                   f"<td>{len(c['tokens'])}</td></tr>"
                    for rank, c in enumerate(trace.candidates, start=1))
-    return (f'<div id="bm-candidates"><table class="bm-table"><tr><th>rank</th><th>candidate</th><th>score</th>'
-            f"<th>tokens</th></tr>{rows}</table></div>")
+    return (f'<div id="bm-candidates"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
+            f'<th title="{score_tip}">{html.escape(score_label(trace.method))} ÷ length ⓘ</th>'
+            f'<th title="{logp_tip}">log p (target) ⓘ</th><th>tokens</th></tr>{rows}</table></div>')
+
+
+def _lines(text: str, width: int) -> list[str]:
+    """`text` broken into lines of at most about `width` characters (plotly hovers do not wrap)."""
+    import textwrap
+
+    return textwrap.wrap(html.escape(text), width)
 
 
 def summary_line(trace: BeamTrace | None) -> str:
@@ -263,5 +320,5 @@ def summary_line(trace: BeamTrace | None) -> str:
     if speed:
         parts.append(f"{speed:.1f} tokens/s")
     if trace.stop_reason:
-        parts.append(f"stopped: {trace.stop_reason}")
+        parts.append(stop_words(trace.stop_reason))
     return " · ".join(parts)

@@ -208,6 +208,57 @@ def leviathan_figure(rows: list[dict], height: int = 400) -> go.Figure:
     return describe(fig, f"Expected speedup over α (Leviathan's formula) with the measured points. {points}.")
 
 
+def cost_curves_figure(here: dict | None, elsewhere: dict | None, height: int = 360) -> go.Figure:
+    """t(n)/t(1) against n: this machine's measured curve and, dashed, the one measured on an H100 elsewhere.
+    Each curve is a dict from app/tabs/race/curves.py (label, model, dtype, ns, t, measured_at) or None."""
+    curves = [(c, color, dash) for c, color, dash in ((here, OKABE_ITO["vermillion"], "solid"),
+                                                      (elsewhere, OKABE_ITO["blue"], "dash")) if c]
+    if not curves:
+        return empty_figure("No verification-cost curve measured yet: a cost-aware race measures this machine's "
+                            "(a few seconds).", height)
+    fig = go.Figure()
+    for curve, color, dash in curves:
+        fig.add_trace(go.Scatter(
+            x=curve["ns"], y=curve["t"], mode="lines+markers", line=dict(color=color, dash=dash),
+            name=f"{curve['label']} · {curve['model']} {curve['dtype']}",
+            hovertemplate=f"{html.escape(curve['label'])}<br>verifying %{{x}} tokens in one forward costs %{{y:.2f}}× "
+                          f"one token (t(n)/t(1), {curve['model']} {curve['dtype']}, measured "
+                          f"{curve['measured_at']})<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
+    title = wrap_title("Verification cost t(n)/t(1) · n tokens in one target forward")
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=height, plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=title_margin(title), b=10), legend=dict(orientation="h", y=-0.3, x=0),
+                      xaxis=dict(title="n (tokens verified at once)", gridcolor="#eee", type="log",
+                                 tickvals=[1, 2, 4, 8, 16, 32, 64]),
+                      yaxis=dict(title="t(n)/t(1) (one-token steps)", gridcolor="#eee", rangemode="tozero"))
+    said = "; ".join(f"{c['label']}: t(16)/t(1) = {t_at(c, 16):.2f}" for c, _, _ in curves if t_at(c, 16))
+    return describe(fig, f"Verification cost against the number of tokens verified at once. {said}.")
+
+
+def t_at(curve: dict | None, n: int) -> float | None:
+    """The curve's t(n)/t(1) at a measured n (None where it was not measured)."""
+    if not curve or n not in curve["ns"]:
+        return None
+    return curve["t"][curve["ns"].index(n)]
+
+
+def cost_curves_note(here: dict | None, elsewhere: dict | None) -> str:
+    """One sentence (Markdown) on why the same method wins on one machine and loses on another, from the curves."""
+    h, e = t_at(here, 16), t_at(elsewhere, 16)
+    h64, e64 = t_at(here, 64), t_at(elsewhere, 64)
+    there = (f"on the H100 ({elsewhere['source']}, {elsewhere['measured_at']}, measured elsewhere) they cost "
+             f"{e:.2f}" + (f" and {e64:.2f}" if e64 and h64 else "") if e else
+             "no H100 t(n) curve is stored in bench/results, so only this machine's is drawn")
+    if h is None:
+        mine = "This machine's curve is not measured yet (a cost-aware race measures it)"
+    else:
+        mine = f"Here a 16-token verification costs {h:.2f} one-token steps" + \
+            (f" and a 64-token one {h64:.2f}" if h64 else "")
+    return (f"{mine}; {there}. A CPU with 2 cores does real arithmetic for every extra token, so t(n) climbs with n; "
+            "a GPU's one-token step is bound by reading the weights, which 16 tokens share, so t(n) stays near 1 and "
+            "long drafts and wide trees are almost free to verify there.")
+
+
 RACE_CSS = """
 .sl-race { border-collapse: collapse; font-size: 14px; }
 .sl-race th, .sl-race td { border-bottom: 1px solid var(--border-color-primary, #ddd); padding: 4px 10px;

@@ -223,9 +223,13 @@ def run_figure(trace: Trace, index: int | None = None, height: int = 420) -> go.
                          marker_color=STATUS_COLORS["accepted"],
                          marker_line=dict(color="#000", width=[3 if k == shown else 0 for k in range(len(counts))]),
                          hovertemplate="%{y} rounds accepted %{x} drafts<extra></extra>"), row=2, col=1)
+    # Both axes start a little before their first tick, so "0%" and "0.001" do not meet in the corner (issue 24);
+    # decades only on the log axis (plotly's 2 and 5 minor labels crowd a half-width plot).
     fig.update_xaxes(type="log", title_text="value (product of draft probabilities), log", row=1, col=1,
-                     range=[-3, 0.05], gridcolor="#eee")
-    fig.update_yaxes(title_text="accepted", range=[0, 1.05], tickformat=".0%", gridcolor="#eee", row=1, col=1)
+                     range=[-3.2, 0.05], tickvals=[0.001, 0.01, 0.1, 1], ticktext=["0.001", "0.01", "0.1", "1"],
+                     gridcolor="#eee")
+    fig.update_yaxes(title_text="accepted", range=[-0.1, 1.05], tickvals=[0, 0.5, 1], tickformat=".0%",
+                     gridcolor="#eee", zeroline=False, row=1, col=1)
     fig.update_xaxes(title_text="drafts accepted in a round (outlined: the shown round)", dtick=1, row=2, col=1)
     fig.update_yaxes(title_text="rounds", gridcolor="#eee", rangemode="tozero", row=2, col=1)
     fig.update_layout(height=height, plot_bgcolor="white", showlegend=False, margin=dict(l=10, r=10, t=40, b=10))

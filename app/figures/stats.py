@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from decoders.stats import summarize
 from decoders.trace import Trace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, stop_words
 
 
 def totals(trace: Trace) -> dict:
@@ -76,9 +76,7 @@ def stats_html(trace: Trace) -> str:
               "share of round time spent drafting, in the target's verification forward, and committing / "
               "rolling back caches and recording the trace."),
     ]
-    stop = {"eos": "stopped at end-of-sequence", "max_new_tokens": "stopped at max new tokens",
-            "cancelled": "stopped by the user", "context": "stopped at the context limit"}.get(trace.stop_reason,
-                                                                                           "running…")
+    stop = stop_words(trace.stop_reason) if trace.stop_reason else "running…"
     target = (trace.models or {}).get("target") or {}
     draft = (trace.models or {}).get("draft") or {}
     who = f"{target.get('name', '?')} ({target.get('dtype', '?')})" + (

@@ -13,7 +13,7 @@ import html
 from decoders.trace import Trace
 
 from app.shared.theme import PROVENANCE_COLORS, PROVENANCE_HELP, PROVENANCE_NAMES, PROVENANCE_UNDERLINES, ROUND_MARK, \
-    rgba
+    rgba, token_key
 
 TEXT_SCOPE = "#sl-text"  # the HighlightedText's elem_id (app/tabs/generate/layout.py)
 SMALL_MODELS_NOTE = ("These small models are chosen to run on a laptop CPU, and their answers can be wrong: "
@@ -94,4 +94,5 @@ def legend_html(trace: Trace | None = None, index: int | None = None) -> str:
              f'tokens</span>') if mark else ""
     style = f"<style>{mark}</style>" if mark else ""
     return (f'<div class="sl-legend" aria-label="Key to the output text">Tokens: {items}{shown}</div>'
+            f'<p class="sl-note">In the tree\'s labels: {html.escape(token_key())}.</p>'
             f'<p class="sl-note">{html.escape(SMALL_MODELS_NOTE)}</p>{style}')

@@ -23,7 +23,7 @@ from decoders.trace import RoundRecord, Trace
 
 from app.figures.search import PoolView, pool_view, search_headline
 from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
-    visible_token, wrap_title
+    visible_token, wrap_title, marks_in
 
 EXTRA = "extra"  # the graph attribute marking the target's own token
 UNSENT = "unsent"  # the graph attribute holding the pool entries a "+n candidates" node folds
@@ -169,6 +169,9 @@ def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dic
         lines += _draft_lines(graph, node, rnd, greedy)
         lines += _value_lines(view, node)
         lines += _rule_lines(checks.get(data["depth"]))
+    meaning = marks_in(visible_token(data["text"], 10 ** 6))
+    if meaning:  # the label's ␣, ↵ or � explained where the reader meets it
+        lines.append(f"label: {meaning}")
     lines.append(f"depth {data['depth']} · node {node}")
     return "<br>".join(lines)
 
@@ -226,11 +229,12 @@ def tree_figure(trace: Trace, index: int | None = None, height: int | None = Non
     fig = go.Figure()
     _add_edges(fig, graph, pos)
     large = graph.number_of_nodes() > LARGE
+    labels = node_labels(graph, view, 10 if large else 14)
     for status in STATUS_COLORS:
         ids = [n for n in graph.nodes if graph.nodes[n]["status"] == status]
         if ids:
             hovers = [_hover(graph, n, rnd, checks, greedy, view) for n in ids]
-            _add_nodes(fig, graph, pos, ids, status, hovers, large, view)
+            _add_nodes(fig, graph, pos, ids, status, hovers, large, view, labels)
     _add_unsent_nodes(fig, graph, pos, view, large)
     depth_max = max(_max_depth(trace), max(x for x, _ in pos.values()))
     rows = max(y for _, y in pos.values())
@@ -335,14 +339,39 @@ def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
                                      showlegend=False, name=f"edges:{key}"))
 
 
+LABELLED_SIBLINGS = 3  # a parent's rejected / unreached children beyond this are hover-only, with a "+N more" label
+KEPT_STATUSES = ("root", "accepted", "bonus", "resampled", "baseline")  # always labelled: the path the target kept
+
+
+def node_labels(graph: nx.DiGraph, view: PoolView | None, limit: int) -> dict[int, str]:
+    """Each node's label: its token, except that a parent's crowd of rejected or unreached children shows only its
+    LABELLED_SIBLINGS most valuable, the next one reads "+N more" and the rest are hover-only (a dozen rejected
+    siblings on adjacent rows stacked their labels into an unreadable column, issue 24)."""
+    labels = {n: visible_token(graph.nodes[n]["text"], limit) for n in graph.nodes}
+    value = (lambda n: float(view.entry[n]["value"]) if n in view.entry else 0.0) if view is not None else \
+        (lambda n: 0.0)
+    for parent in graph.nodes:
+        crowd = [n for n in graph.successors(parent) if graph.nodes[n]["status"] not in KEPT_STATUSES + ("pool",)]
+        if len(crowd) <= LABELLED_SIBLINGS + 1:
+            continue
+        ranked = sorted(crowd, key=lambda n: -value(n))
+        hidden = ranked[LABELLED_SIBLINGS:]
+        for n in hidden:
+            labels[n] = ""
+        labels[hidden[0]] = f"+{len(hidden)} more"
+    return labels
+
+
 def _add_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, ids: list[int], status: str,
-               hovers: list[str], large: bool = False, view: PoolView | None = None) -> None:
+               hovers: list[str], large: bool = False, view: PoolView | None = None,
+               labels: dict[int, str] | None = None) -> None:
     by_value = status == "not_reached" and view is not None
     marker = _value_marker(ids, view, large) if by_value else _marker(status, large)
     fig.add_trace(go.Scatter(
         x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text",
         name=STATUS_LABELS[status] + (" (fill: value)" if by_value else ""),
-        text=[visible_token(graph.nodes[n]["text"], 10 if large else 14) for n in ids],
+        text=[labels[n] if labels is not None else visible_token(graph.nodes[n]["text"], 10 if large else 14)
+              for n in ids],
         textposition="middle right" if large else "top center",
         textfont=dict(size=10 if large else 13, color="#222"),
         marker=marker,

@@ -1,10 +1,11 @@
 """The Whisper tab's views (pure: traces in, figures and HTML out; no torch, no models).
 
 - beam_figure: one decoder's beam tree up to a step (plotly + networkx, the same tidy layout as the draft tree):
-  earlier steps show the beams that lived, finished or were refused; the chosen step shows its whole pool.
-  Hover: token, log p, cumulative score, lookahead key, EOT gap. Nodes on the chosen transcript's path get a
-  black outline; from the first token where this decoder's transcript departs from the reference decoder's,
-  the path is drawn thick (the divergence).
+  earlier steps show the beams that lived, finished or were refused; the chosen step shows its whole pool. Trees
+  of one click share the x axis (decoding step), so stacked they compare column by column. The chosen
+  transcript's path is black and labelled, everything else faded; from the first token where this decoder's
+  transcript departs from the first decoder's, the path turns thick purple behind a dashed line naming both
+  tokens. Hover: token, log p, cumulative score, lookahead key, EOT gap.
 - results_html: per decoder the transcript as a word-level diff against the reference, WER, time, RTF.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ DIFF_STYLE = {"ok": "", "sub": f"background:{OKABE_ITO['orange']}33;text-decorat
               "ins": f"background:{OKABE_ITO['sky blue']}44;text-decoration:underline",
               "del": f"background:{OKABE_ITO['vermillion']}33;text-decoration:line-through"}
 PERSISTENT = ("kept", "finished", "filtered", "overflow")  # what earlier steps keep on screen
+PATH_NAME, DIVERGED_NAME = "chosen transcript", "where it leaves the first decoder's transcript"  # legend entries
 
 
 def chosen_path(trace: WhisperTrace) -> list[int]:
@@ -61,7 +63,9 @@ def shown_nodes(trace: WhisperTrace, step: int) -> list[int]:
 
 
 def beam_figure(trace: WhisperTrace | None, step: int | None = None,
-                reference: WhisperTrace | None = None) -> go.Figure:
+                reference: WhisperTrace | None = None, steps_shown: int | None = None) -> go.Figure:
+    """One decoder's tree up to `step`. Trees drawn for one click share `steps_shown` (the longest search), so a
+    step sits at the same x in every tree and the trees, stacked, compare column by column."""
     fig = go.Figure()
     if trace is None or not trace.steps:
         fig.update_layout(title="no beam search yet", height=260, xaxis_visible=False, yaxis_visible=False)
@@ -73,24 +77,53 @@ def beam_figure(trace: WhisperTrace | None, step: int | None = None,
         if node_id:
             graph.add_edge(trace.nodes[node_id].parent, node_id)
     pos = tidy_layout(graph)
-    path = set(chosen_path(trace))
+    chosen = chosen_path(trace)
+    path = set(chosen)
     split = divergence(trace, reference)
-    diverged = set(chosen_path(trace)[split:]) if split is not None else set()
+    diverged = set(chosen[split:]) if split is not None else set()
     _edges(fig, graph, pos, path, diverged)
     _nodes(fig, trace, graph, pos, path, step)
-    title = wrap_title(f"{trace.label} · step {step + 1} of {len(trace.steps)} · "
+    _mark_divergence(fig, trace, reference, split, chosen, pos)
+    title = wrap_title(f"{trace.label}: “{trace.output_text.strip()[:70]}” · step {step + 1} of {len(trace.steps)} · "
                        f"{len(trace.steps[step].candidates)} candidates")
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=max(320, 18 * (len(pos) ** 0.5) * 6),
-                      margin={"l": 10, "r": 10, "t": title_margin(title), "b": 10}, hovermode="closest",
-                      xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"},
-                      legend={"orientation": "h", "y": -0.02, "yanchor": "top"}, plot_bgcolor="white")
+    rows = len({round(y, 3) for _, y in pos.values()})
+    width = max(steps_shown or 0, len(trace.steps))
+    plot_height = min(440, max(110, 40 + 11 * rows))  # px for the tree itself; title and legend come on top
+    top = title_margin(title) + (18 if split is not None else 0)  # room for the divergence note under the title
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=plot_height + top + 70,
+                      margin={"l": 10, "r": 10, "t": top, "b": 70}, hovermode="closest",
+                      xaxis={"range": [-0.4, width + 1.6], "dtick": 5, "tickprefix": "step ", "showgrid": True,
+                             "gridcolor": "#eeeeee", "zeroline": False},
+                      yaxis={"visible": False, "autorange": "reversed"},
+                      legend={"orientation": "h", "y": -26 / plot_height, "yanchor": "top", "font": {"size": 10}},
+                      plot_bgcolor="white")
     counts = {s: sum(trace.nodes[n].status == s for n in trace.steps[step].candidates) for s in BEAM_LABELS}
     summary = ", ".join(f"{v} {BEAM_LABELS[s]}" for s, v in counts.items() if v)
-    return describe(fig, f"Beam tree of {trace.label} at step {step + 1}: {summary}.")
+    where = "" if split is None else f" It departs from {reference.label} at token {split + 1}."
+    return describe(fig, f"Beam tree of {trace.label} at step {step + 1}: {summary}.{where}")
+
+
+def _mark_divergence(fig, trace, reference, split, chosen, pos) -> None:
+    """A dashed line where this decoder's transcript leaves the first decoder's, with both tokens named."""
+    if split is None or split >= len(chosen) or chosen[split] not in pos:
+        return
+    x = pos[chosen[split]][0]
+    theirs = reference.output_ids[split] if split < len(reference.output_ids) else None
+    their_text = "the end" if theirs is None else repr(_token_text(reference, theirs))
+    fig.add_vline(x=x - 0.5, line={"dash": "dash", "color": OKABE_ITO["reddish purple"], "width": 1.5})
+    fig.add_annotation(x=x - 0.5, y=1, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                       font={"size": 11, "color": OKABE_ITO["reddish purple"]},
+                       text=f"leaves {html.escape(reference.decoder)} here: "
+                            f"{html.escape(repr(trace.nodes[chosen[split]].text))} where it has {html.escape(their_text)}")
+
+
+def _token_text(trace: WhisperTrace, token: int) -> str:
+    return next((n.text for n in trace.nodes if n.token == token), str(token))
 
 
 def _edges(fig, graph, pos, path, diverged) -> None:
-    for group, width, color in (("other", 1, "#b0b0b0"), ("path", 2.5, "#000000"), ("diverged", 5, OKABE_ITO["reddish purple"])):
+    styles = (("other", 1, "#cfcfcf"), ("path", 3, "#000000"), ("diverged", 5, OKABE_ITO["reddish purple"]))
+    for group, width, color in styles:
         xs, ys = [], []
         for parent, child in graph.edges:
             kind = "diverged" if child in diverged else "path" if child in path else "other"
@@ -98,23 +131,34 @@ def _edges(fig, graph, pos, path, diverged) -> None:
                 xs += [pos[parent][0], pos[child][0], None]
                 ys += [pos[parent][1], pos[child][1], None]
         if xs:
-            name = {"path": "chosen transcript", "diverged": "diverges from the first decoder"}.get(group)
+            name = {"path": PATH_NAME, "diverged": DIVERGED_NAME}.get(group)
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"width": width, "color": color},
                                      hoverinfo="skip", name=name or "edge", showlegend=name is not None))
 
 
 def _nodes(fig, trace, graph, pos, path, step) -> None:
+    """Markers for every shown node; a label only on the chosen path and on the live or finished beams of the
+    shown step, so a dozen dropped siblings do not pile their labels (they keep their hover)."""
     for status, label in BEAM_LABELS.items():
         ids = [n for n in graph.nodes if trace.nodes[n].status == status]
         if not ids:
             continue
         fig.add_trace(go.Scatter(
             x=[pos[n][0] for n in ids], y=[pos[n][1] for n in ids], mode="markers+text", name=label,
-            text=[visible_token(trace.nodes[n].text, 10) for n in ids], textposition="middle right",
-            textfont={"size": 10}, hovertext=[_hover(trace, n) for n in ids], hoverinfo="text",
+            text=[_label(trace, n, path, step) for n in ids], textposition="middle right",
+            textfont={"size": 10, "color": ["#000000" if n in path else "#666666" for n in ids]},
+            hovertext=[_hover(trace, n) for n in ids], hoverinfo="text",
             marker={"size": [13 if trace.nodes[n].step == step else 9 for n in ids], "color": BEAM_COLORS[status],
-                    "symbol": BEAM_SYMBOLS[status],
+                    "symbol": BEAM_SYMBOLS[status], "opacity": [1.0 if n in path else 0.55 for n in ids],
                     "line": {"width": [2.5 if n in path else 0.5 for n in ids], "color": "#000000"}}))
+
+
+def _label(trace: WhisperTrace, node_id: int, path: set, step: int) -> str:
+    node = trace.nodes[node_id]
+    on_step = node.step == step and node.status in ("kept", "finished", "filtered")
+    if node_id == 0 or not (node_id in path or on_step):
+        return ""
+    return visible_token(node.text, 10)
 
 
 def _hover(trace: WhisperTrace, node_id: int) -> str:
@@ -141,10 +185,11 @@ def _ancestors(trace: WhisperTrace, node_id: int) -> list[int]:
     return chain[::-1]
 
 
-def diff_html(reference: str, hypothesis: str) -> str:
-    """The hypothesis word by word against the reference: substitutions (wavy), insertions, deletions (struck)."""
+def diff_html(reference: str, hypothesis: str, language: str = "en") -> str:
+    """The hypothesis word by word against the reference (both as Whisper's normaliser writes them, the words WER
+    counts): substitutions (wavy), insertions, deletions (struck)."""
     parts = []
-    for op in align(reference, hypothesis):
+    for op in align(reference, hypothesis, language):
         if op.op == "ok":
             parts.append(html.escape(op.hyp))
         elif op.op == "sub":
@@ -168,16 +213,19 @@ def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
     first = traces[0]
     rows = []
     for trace in traces:
-        text = diff_html(reference, trace.output_text) if has_ref else html.escape(trace.output_text)
+        text = diff_html(reference, trace.output_text, trace.language) if has_ref else html.escape(trace.output_text)
         split = divergence(trace, first)
         note = "" if split is None else f'<br><small class="sw-diverge">diverges from {html.escape(first.decoder)} ' \
                                         f"at token {split + 1}</small>"
         rtf = trace.seconds / trace.audio["seconds"] if trace.audio.get("seconds") else float("nan")
-        wer_cell = f"<td>{wer(reference, trace.output_text):.1%}</td>" if has_ref else ""
+        wer_cell = (f'<td title="word error rate: (substituted + inserted + missing words) / reference words, after '
+                    f"Whisper's text normaliser; can exceed 100 %\">{wer(reference, trace.output_text, trace.language):.1%}"
+                    "</td>") if has_ref else ""
         rows.append(f'<tr data-decoder="{html.escape(trace.decoder)}"><td>{html.escape(trace.label)}</td>'
                     f'<td class="sw-text">{text}{note}</td>{wer_cell}<td>{trace.seconds:.2f} s</td>'
                     f"<td>{rtf:.2f}</td><td>{len(trace.steps)}</td></tr>")
     legend = ('<p class="sw-legend"><span style="%s">substituted</span> · <span style="%s">inserted</span> · '
-              '<span style="%s">missing</span> (against the reference, after lower-casing and dropping punctuation)'
+              '<span style="%s">missing</span> (against the reference, both after Whisper&#39;s own text '
+              "normaliser: lower case, no punctuation, spellings and numbers unified)"
               "</p>" % (DIFF_STYLE["sub"], DIFF_STYLE["ins"], DIFF_STYLE["del"])) if has_ref else ""
     return f'<div id="sw-results" style="overflow-x:auto"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'

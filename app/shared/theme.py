@@ -62,6 +62,22 @@ def visible_token(text: str, limit: int = 16) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
+# What the marks in token labels stand for (visible_token makes whitespace visible; the tokenizer's own "�" is a token
+# that holds only part of a character's UTF-8 bytes, the rest coming in the next token).
+TOKEN_MARKS = {"␣": "a space", "↵": "a line break", "⇥": "a tab", "∅": "an empty token",
+               "�": "part of a multi-byte character (the rest is in the next token)"}
+
+
+def token_key() -> str:
+    """One line that explains every mark a token label can show."""
+    return "; ".join(f"{mark} = {meaning}" for mark, meaning in TOKEN_MARKS.items())
+
+
+def marks_in(label: str) -> str:
+    """The meanings of the marks that appear in one label ("" when it has none), for a hover."""
+    return "; ".join(f"{mark} = {meaning}" for mark, meaning in TOKEN_MARKS.items() if mark in label)
+
+
 def sig(value: float | None, digits: int = 3) -> str:
     """A number for people: `digits` significant digits, scientific below 1e-3 so small probabilities never read
     as 0.000; "—" for a missing value."""
@@ -152,6 +168,11 @@ PAGE_CSS = provenance_css() + f"""
   #sl-main {{ grid-template-columns: minmax(0, 1fr); grid-template-areas: "run" "out" "ex" "opts";
              grid-template-rows: auto; }}
 }}
+/* A plot's block label floats over the plot's top-left corner, where plotly draws the title: put it above instead. */
+.block:has(.js-plotly-plot) > label[data-testid="block-label"].float {{ position: static !important;
+    display: inline-flex; margin: 0 0 4px 0; }}
+/* The contents picker of the Learn tab: one lesson per line on a phone, so every lesson is a tap away. */
+@media (max-width: {NARROW}px) {{ #sl-lesson-list .wrap {{ flex-direction: column; align-items: stretch; }} }}
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}
@@ -185,3 +206,13 @@ def empty_figure(message: str, height: int = 300, width: int = 40) -> go.Figure:
     fig.update_layout(height=height, xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=20, b=10))
     return describe(fig, message)
+
+
+# Why a run ended, in words (decoders write the identifiers: loop.py, beams/search.py, beams/dsbd.py).
+STOP_WORDS = {"eos": "finished at end-of-sequence", "max_new_tokens": "reached the max new tokens",
+              "cancelled": "stopped by the user", "context": "stopped at the context limit"}
+
+
+def stop_words(reason: str | None) -> str:
+    """A stop reason as a person would say it; an identifier not in STOP_WORDS keeps its words, never underscores."""
+    return STOP_WORDS.get(reason or "", str(reason or "").replace("_", " "))

@@ -1,9 +1,11 @@
 """The Beams tab: beam search, beam sampling and DSBD (decoders/beams) on a prompt, with the forest of every
 iteration, DSBD's D[W] per layer, beam scores over time and the ranked finished candidates (app/figures/forest.py).
 
-The handlers return plain dicts (tests call them without a browser). Stop: the beam runner does not poll a stop
-request, so `run_beams` checks the tab's RunSession between iterations and closes the decoder's generator, whose
-`finally` frees the caches."""
+The handlers return plain dicts (tests call them without a browser); each click computes once and the wiring
+hands the one result to every output (`run_outputs`, `iteration_outputs`, `stop_outputs`). Models load with
+`loading.loaded` inside the decode slot and stay held until the run ends. Stop: the beam runner does not poll a
+stop request, so `run_beams` checks the tab's RunSession between iterations and closes the decoder's generator,
+whose `finally` frees the caches."""
 from __future__ import annotations
 
 import time
@@ -12,12 +14,13 @@ from typing import Iterator
 import gradio as gr
 
 from decoders.beams.trace import BeamTrace, BeamTraceError
+from decoders.api import draft_for
 from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
 
 from app.shared import loading
 from app.shared.hosting import check_model_allowed, gpu, registry_only
 from app.figures.forest import (DSBD_NOTE, candidates_html, forest_figure, scores_figure, summary_line,
-                            width_figure)
+                                width_figure)
 from app.shared.session import RunSession
 from app.shared.decode_slot import DECODE_SLOT
 
@@ -25,6 +28,8 @@ DEFAULT_MODEL = "smollm2-135m"
 SAME_AS_PAIRING = "registry pairing"  # the draft box's default: the target's default draft (DSBD only)
 MEMORY_MODES = {"all beams (one KV row each)": False, "one input beam (one KV row)": True}
 OUTPUTS = ("status", "error", "forest", "width", "scores", "candidates", "iteration", "trace")
+VIEWS = ("forest", "width", "scores")  # what the iteration slider redraws
+STOP_OUTPUTS = ("status", "error")
 STREAM_EVERY = 0.25  # s between two drawn iterations while a run streams (the last one is always drawn)
 
 METHOD_HELP = """
@@ -52,6 +57,8 @@ def options_for(method: str, model: str, draft: str | None, width, gamma, thres,
     if not model:
         raise OptionsError("choose a model")
     draft = None if not draft or draft == SAME_AS_PAIRING or method != "dsbd" else draft.strip()
+    if method == "dsbd" and draft is None and _pairing(model) is None:
+        draft = model  # no smaller draft pairs with this model: it drafts for itself (self_draft_note says so)
     try:
         numbers = dict(width=int(width), gamma=int(gamma), min_width=int(min_width), thres=float(thres),
                        max_new_tokens=int(max_tokens), seed=int(seed))
@@ -59,6 +66,22 @@ def options_for(method: str, model: str, draft: str | None, width, gamma, thres,
         raise OptionsError("width, γ, min width, max tokens and seed must be whole numbers; thres a number") from None
     return DecodeOptions(method=method, model=model, draft_model=draft, one_input_beam=MEMORY_MODES[memory],
                          temperature=0.0 if method == "beam-search" else 1.0, **numbers).validate()
+
+
+def _pairing(model: str) -> str | None:
+    """The registry's draft for `model`, None when it has none (or is not a registry model)."""
+    try:
+        return draft_for(DecodeOptions(model=model, method="dsbd", temperature=1.0))
+    except (OptionsError, ImportError):
+        return None
+
+
+def self_draft_note(options: DecodeOptions) -> str:
+    """A sentence when DSBD drafts with the target itself (no paired draft): why every draw is then accepted."""
+    if options.method != "dsbd" or options.draft_model != options.model:
+        return ""
+    return (f"DSBD drafts with {options.model} itself (no smaller draft model pairs with it), so every draft is "
+            "accepted; pick qwen2.5-coder-1.5b (its 0.5B draft) to see rejections. ")
 
 
 def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, thres, min_width, memory: str,
@@ -74,28 +97,34 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
         check_model_allowed(options.draft_model, "draft model")
         draft_name = loading.draft_name(options)
     except OptionsError as err:
-        hint = " (or choose one in 'Draft model (DSBD)')" if "draft_model=" in str(err) else ""
-        yield _error(f"{err}{hint}")
+        yield _error(str(err).replace("pass draft_model=... or pick", "choose one in 'Draft model (DSBD)', or pick"))
         return
     if not session.begin():
         yield {**_skip(), "status": "Cancelled: Stop was pressed while this run waited; nothing ran."}
         return
-    iterations = decode_iterations(options.to_dict(), prompt, draft_name)
-    trace = None
+    note = self_draft_note(options)
+    iterations, trace = None, None
     try:
-        yield {**_skip(), "status": f"Loading {options.model}" + (f" and {draft_name}" if draft_name else "") + " …",
-               "error": ""}
-        for data in iterations:
-            trace = BeamTrace.from_dict(data)
-            session.latest = trace
-            if session.stop_requested.is_set():
-                break  # the finally below closes the decoder (its caches go with it)
-            yield views(trace)
-    except (OptionsError, BeamTraceError, *loading.model_error_types()) as err:
+        yield {**_skip(), "status": note + f"Loading {options.model}" + (
+            f" and {draft_name}" if draft_name and draft_name != options.model else "") + " (after any run in "
+            "another tab) …", "error": ""}
+        with loading.loaded(options):  # loaded inside the decode slot, then held: no eviction before the decode
+            iterations = decode_iterations(options.to_dict(), prompt, draft_name)
+            for data in iterations:
+                trace = BeamTrace.from_dict(data)
+                session.latest = trace
+                if session.stop_requested.is_set():
+                    break  # the finally below closes the decoder (its caches go with it)
+                yield {**views(trace), "status": note + summary_line(trace)}
+    except (OptionsError, BeamTraceError, RuntimeError, ValueError, OSError, *loading.model_error_types()) as err:
         yield _error(str(err))
         return
+    except Exception as err:  # never a traceback in the page
+        yield _error(f"Unexpected error ({type(err).__name__}): {err}")
+        return
     finally:
-        iterations.close()
+        if iterations is not None:
+            iterations.close()
         session.end()
     if trace is not None and session.stop_requested.is_set():
         trace.stop_reason = "cancelled"
@@ -134,7 +163,7 @@ def views(trace: BeamTrace, index: int | None = None) -> dict:
 def show_iteration(trace_dict: dict | None, value) -> dict:
     """The iteration slider: redraw the views of one recorded iteration (1-based), without a model."""
     if not trace_dict:
-        return {"forest": gr.skip(), "width": gr.skip(), "scores": gr.skip()}
+        return {name: gr.skip() for name in VIEWS}
     trace = BeamTrace.from_dict(trace_dict)
     index = int(value) - 1 if value else None
     return {"forest": forest_figure(trace, index), "width": width_figure(trace, index),
@@ -149,14 +178,35 @@ def stop(session: RunSession | None) -> dict:
     return {"status": "Stopping at the next iteration …", "error": ""}
 
 
+def run_outputs(*args) -> Iterator[tuple]:
+    """The Run button's wiring: one run_beams per click, each result spread over OUTPUTS (args end with the
+    session)."""
+    for result in run_beams(*args[:-1], session=args[-1]):
+        yield tuple(result.get(n, gr.skip()) for n in OUTPUTS)
+
+
+def iteration_outputs(trace_dict: dict | None, value) -> tuple:
+    """The iteration slider's wiring: one show_iteration per move, spread over VIEWS."""
+    views_now = show_iteration(trace_dict, value)
+    return tuple(views_now[n] for n in VIEWS)
+
+
+def stop_outputs(session: RunSession | None) -> tuple:
+    """The Stop button's wiring: one stop per click, spread over STOP_OUTPUTS."""
+    result = stop(session)
+    return tuple(result[n] for n in STOP_OUTPUTS)
+
+
 def _skip() -> dict:
     return {name: gr.skip() for name in OUTPUTS}
 
 
 def _error(message: str) -> dict:
+    """The message in the error box; the status line is cleared (no "Loading …" left above an error)."""
     import html
 
-    return {**_skip(), "error": f'<div class="sl-error" id="bm-error-msg">{html.escape(message)}</div>'}
+    return {**_skip(), "status": "",
+            "error": f'<div class="sl-error" id="bm-error-msg">{html.escape(message)}</div>'}
 
 
 def _model_choices() -> list[str]:
@@ -168,13 +218,14 @@ def _model_choices() -> list[str]:
         return [DEFAULT_MODEL]
 
 
-def build() -> None:
-    """The tab's components and events; call inside a gr.Tab."""
+def build() -> dict:
+    """The tab's components and events; call inside a gr.Tab. Returns the controls by name (for the Learn tab's
+    "Try it")."""
     models = _model_choices()
     gr.Markdown("Several beams at once: beam search, beam sampling, and DSBD (draft-based beam decoding, where a "
                 "draft model proposes a forest and the target keeps the beams it accepts). DSBD needs a draft model: "
-                "the Qwen2.5-Coder pair (1.5B target, 0.5B draft) when installed, or any model as its own draft "
-                f"(every draw is then accepted). *{DSBD_NOTE}*", elem_id="bm-intro")
+                "the Qwen2.5-Coder pair (1.5B target, 0.5B draft) when installed; a model without a paired draft "
+                f"drafts for itself (every draw is then accepted). *{DSBD_NOTE}*", elem_id="bm-intro")
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
             prompt = gr.Textbox("Write a Python function that reverses a string.", lines=3, label="Prompt",
@@ -200,9 +251,11 @@ def build() -> None:
            "iteration": gr.Slider(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
                                   elem_id="bm-iteration"),
            "forest": gr.Plot(forest_figure(None), label="beam forest", elem_id="bm-forest")}
-    with gr.Row():
-        out["width"] = gr.Plot(width_figure(None), label="D[W] and the chosen width", elem_id="bm-width")
-        out["scores"] = gr.Plot(scores_figure(None), label="beam scores", elem_id="bm-scores")
+    with gr.Row(equal_height=False):  # min_width: on a phone (420 px) the two panels stack instead of squeezing
+        with gr.Column(scale=1, min_width=400):
+            out["width"] = gr.Plot(width_figure(None), label="D[W] and the chosen width", elem_id="bm-width")
+        with gr.Column(scale=1, min_width=400):
+            out["scores"] = gr.Plot(scores_figure(None), label="beam ranking scores", elem_id="bm-scores")
     out["candidates"] = gr.HTML(candidates_html(None), elem_id="bm-candidates-box")
     out["trace"] = gr.State(None)
     with gr.Accordion("What each method does", open=False):
@@ -211,14 +264,9 @@ def build() -> None:
     outs = [out[n] for n in OUTPUTS]
     inputs = [prompt, model, draft, method, width, gamma, thres, min_width, memory, max_tokens, seed, session]
 
-    def run_fn(*args):
-        for result in run_beams(*args[:-1], session=args[-1]):
-            yield tuple(result.get(n, gr.skip()) for n in OUTPUTS)
-
-    run.click(run_fn, inputs, outs, concurrency_limit=1, concurrency_id="beams", api_name="beams_run")
-    stop_btn.click(lambda s: tuple(stop(s)[n] for n in ("status", "error")), [session],
-                   [out["status"], out["error"]], api_name="beams_stop")
-    views_out = ("forest", "width", "scores")
-    out["iteration"].input(lambda t, v: tuple(show_iteration(t, v)[n] for n in views_out),
-                           [out["trace"], out["iteration"]], [out[n] for n in views_out],
+    run.click(run_outputs, inputs, outs, concurrency_limit=1, concurrency_id="beams", api_name="beams_run")
+    stop_btn.click(stop_outputs, [session], [out[n] for n in STOP_OUTPUTS], api_name="beams_stop")
+    out["iteration"].input(iteration_outputs, [out["trace"], out["iteration"]], [out[n] for n in VIEWS],
                            trigger_mode="always_last", api_name="beams_iteration")
+    return {"prompt": prompt, "model": model, "draft": draft, "method": method, "width": width, "gamma": gamma,
+            "thres": thres, "min_width": min_width, "memory": memory, "max_tokens": max_tokens, "seed": seed}

@@ -64,6 +64,38 @@ def forest_forward(target: BeamRows, forest: Forest) -> torch.Tensor:
 
 
 @torch.inference_mode()
+def draft_forest_layer(rows: BeamRows, start: int, block: list[list[int]], places: list[tuple[int, int]],
+                       tokens: list[int]) -> torch.Tensor:
+    """Feed one layer of a draft forest into `rows`' own cache and return its logits, one row per new node (N, V).
+
+    `block[r]` lists the parent column of every block column of row r (cached columns first, then this layer's,
+    already appended); node k sits at places[k] = (row, column) and holds tokens[k]. Rows get equal column counts:
+    a row with fewer new nodes is padded with copies of its root hung under column 0, which nothing descends from
+    and whose outputs nobody reads (as in forest_forward). The padding stays in `block` so later masks line up.
+    For the roots (layer 0): places (r, 0) and each row's pending token."""
+    cached = rows.length - start  # block columns already in the cache (equal in every row)
+    for row in block:
+        while len(row) < max(len(b) for b in block):
+            row.append(0)  # padding under the root
+    n = len(block[0]) - cached
+    by_column = {(row, col): k for k, (row, col) in enumerate(places)}
+    ids = [[tokens[by_column[(r, c)]] if (r, c) in by_column else _root_token(r, places, tokens)
+            for c in range(cached, cached + n)] for r in range(len(block))]
+    dtype = next(rows.model.parameters()).dtype
+    mask = torch.cat([attention_mask_4d(b, start, dtype)[:, :, cached:] for b in block])  # (R, 1, n, S+cached+n)
+    positions = torch.stack([position_ids(b, start)[cached:] for b in block])  # (R, n)
+    out = rows.model(input_ids=torch.tensor(ids, device=rows.device), attention_mask=mask.to(rows.device),
+                     position_ids=positions.to(rows.device), past_key_values=rows.cache, use_cache=True)
+    logits = out.logits.float()  # (R, n, V)
+    return torch.stack([logits[row, col - cached] for row, col in places])  # (N, V)
+
+
+def _root_token(row: int, places: list[tuple[int, int]], tokens: list[int]) -> int:
+    """A padding column's token: any token will do (nothing reads it); the row's first new token, else 0."""
+    return next((tokens[k] for k, (r, _) in enumerate(places) if r == row), 0)
+
+
+@torch.inference_mode()
 def keep_paths(target: BeamRows, prefix: int, roots: list[int], columns: list[list[int]]) -> None:
     """Commit after a forest forward: new row j = row roots[j]'s first `prefix` entries + its block columns
     `columns[j]` (equal lengths for every j). Everything else, padding included, is dropped."""

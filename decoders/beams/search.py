@@ -11,8 +11,9 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..clock import DecodeClock
 from ..sampling import Warp
-from .state import BeamRows, FinishedPool
+from .state import BeamRows, Candidate, FinishedPool
 
 _NEG = -1.0e9  # transformers' "impossible" score: the placeholder of empty slots and of masked candidates
 
@@ -22,8 +23,8 @@ class BeamResult:
     """A finished beam run: the best hypothesis, the ranked pool, and one record per step (the beam trace's input)."""
 
     tokens: list[int]  # generated tokens of the best candidate (EOS included when it ended there)
-    score: float  # its ranking score (length-normalised)
-    candidates: list[tuple[list[int], float]]  # the finished pool, best first
+    score: float  # its ranking score (length-normalised; what it is per method: decoders/beams/trace.py)
+    candidates: list[Candidate]  # the finished pool, best first: tokens, ranking score, the target's log p
     steps: list[dict] = field(default_factory=list)  # per step: beams, parents, tokens, scores, kv_bytes
     target_forwards: int = 0
     peak_kv_bytes: int = 0
@@ -42,7 +43,8 @@ def joint_distribution(scores: torch.Tensor, logits: torch.Tensor, warp: Warp) -
 
 @torch.inference_mode()
 def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_new_tokens: int, eos_ids: set[int],
-                     length_penalty: float = 1.0, early_stopping: bool | str = False) -> Iterator[BeamResult]:
+                     length_penalty: float = 1.0, early_stopping: bool | str = False,
+                     clock: DecodeClock | None = None) -> Iterator[BeamResult]:
     """transformers' `generate(num_beams=width, do_sample=False)` for one prompt, same choices token for token.
 
     Mirrors GenerationMixin._beam_search (transformers 5.x): keep the best 2·width (more with several EOS ids)
@@ -51,6 +53,7 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
     """
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
+    mark_prefill_done(clock)
     device = rows.device  # the bookkeeping lives next to the logits (a CPU tensor beside CUDA logits fails)
     keep = max(2, 1 + len(eos_ids)) * width
     prompt_len, max_length = len(prompt_ids), len(prompt_ids) + max_new_tokens
@@ -93,6 +96,7 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
         pool_seqs, pool_scores, pool_done = [merged_seqs[i] for i in best], merged_scores[best], merged_done[best]
         result.steps.append({"parents": parents, "tokens": [s[-1] for s in new_running],
                              "scores": new_running_scores.tolist(), "kv_bytes": rows.kv_bytes(),
+                             "logps": new_running_scores.tolist(),  # beam search's score is the cumulative log p
                              "finished": [(seq[prompt_len:], float(score)) for seq, score, done in
                                           zip(pool_seqs, pool_scores, pool_done) if done]})
         result.peak_kv_bytes = max(result.peak_kv_bytes, rows.kv_bytes())
@@ -107,8 +111,10 @@ def iter_beam_search(model: nn.Module, prompt_ids: list[int], width: int, max_ne
             break
     rows.release()
     result.stop_reason = "eos" if cur_len < max_length else "max_new_tokens"
-    result.candidates = [(seq[prompt_len:], float(s)) for seq, s, d in zip(pool_seqs, pool_scores, pool_done) if d]
-    result.tokens, result.score = result.candidates[0] if result.candidates else (pool_seqs[0][prompt_len:], 0.0)
+    result.candidates = [Candidate(seq[prompt_len:], float(s), float(s) * (len(seq) - prompt_len) ** length_penalty)
+                         for seq, s, d in zip(pool_seqs, pool_scores, pool_done) if d]  # log p = score · len^lp
+    best = result.candidates[0] if result.candidates else Candidate(pool_seqs[0][prompt_len:], 0.0)
+    result.tokens, result.score = best.tokens, best.score
     yield result  # the finished run: pool ranked, stop reason set
 
 
@@ -126,7 +132,7 @@ def _may_improve(running_scores: torch.Tensor, pool_scores: torch.Tensor, pool_d
 
 @torch.inference_mode()
 def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_new_tokens: int, eos_ids: set[int],
-                       warp: Warp, generator: torch.Generator) -> Iterator[BeamResult]:
+                       warp: Warp, generator: torch.Generator, clock: DecodeClock | None = None) -> Iterator[BeamResult]:
     """Beam sampling as the DSBD code's baseline does it (docs/algorithms.md §6.1), with i.i.d. draws.
 
     Every step draws `width` (beam, token) pairs with replacement from the joint P = warp(score + log p); a drawn
@@ -136,8 +142,10 @@ def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_
     """
     rows = BeamRows(model)
     rows.prefill(prompt_ids)
+    mark_prefill_done(clock)
     pool = FinishedPool(width)
-    beams, scores = [list(prompt_ids)], torch.zeros(1, device=rows.device)  # (R,)
+    beams, scores = [list(prompt_ids)], torch.zeros(1, device=rows.device)  # (R,) the ranking score: log P(draw)
+    logps = torch.zeros(1, device=rows.device)  # (R,) the target's cumulative log p of each beam (T = 1, unwarped)
     result = BeamResult([], 0.0, [])
     prompt_len = len(prompt_ids)
     for step in range(max_new_tokens):
@@ -148,29 +156,39 @@ def iter_beam_sampling(model: nn.Module, prompt_ids: list[int], width: int, max_
         vocab = logits.shape[-1]
         parents, tokens = [i // vocab for i in picks], [i % vocab for i in picks]
         new_scores = torch.log(joint[picks].clamp_min(1e-30))  # (W,)
+        token_logp = torch.log_softmax(logits, dim=-1)[parents, tokens]  # (W,) log p(token | its beam)
+        new_logps = logps[parents] + token_logp  # (W,)
         live = [j for j, t in enumerate(tokens) if t not in eos_ids]
         n_new = step + 1
         for j in range(width):
             if j not in live:
-                pool.add(beams[parents[j]][prompt_len:] + [tokens[j]], float(new_scores[j]) / n_new)
+                pool.add(beams[parents[j]][prompt_len:] + [tokens[j]], float(new_scores[j]) / n_new,
+                         float(new_logps[j]))
         result.steps.append({"parents": parents, "tokens": tokens, "scores": new_scores.tolist(),
-                             "kv_bytes": rows.kv_bytes(), "live": live})
+                             "logps": new_logps.tolist(), "kv_bytes": rows.kv_bytes(), "live": live,
+                             "finished": [(c.tokens, c.score) for c in pool.items]})
         result.peak_kv_bytes = max(result.peak_kv_bytes, rows.kv_bytes())
         yield result  # live: after every step
         beams = [beams[parents[j]] + [tokens[j]] for j in live]
-        scores = new_scores[live]  # (R',)
+        scores, logps = new_scores[live], new_logps[live]  # (R',), (R',)
         if not beams or pool.full:
             result.stop_reason = "eos"
             break
         rows.reorder([parents[j] for j in live])
     else:
         result.stop_reason = "max_new_tokens"
-        for seq, score in zip(beams, scores.tolist()):
-            pool.add(seq[prompt_len:], score / max_new_tokens)
+        for seq, score, logp in zip(beams, scores.tolist(), logps.tolist()):
+            pool.add(seq[prompt_len:], score / max_new_tokens, logp)
     rows.release()
-    result.candidates = [(c.tokens, c.score) for c in pool.items]
-    result.tokens, result.score = result.candidates[0]
+    result.candidates = list(pool.items)
+    result.tokens, result.score = result.candidates[0].tokens, result.candidates[0].score
     yield result  # the finished run: pool ranked, stop reason set
+
+
+def mark_prefill_done(clock: DecodeClock | None) -> None:
+    """Decode time starts here, as in the chain loop (decoders/clock.py): the prompt's cache exists."""
+    if clock is not None:
+        clock.prefill_done()
 
 
 def last(steps: Iterator[BeamResult]) -> BeamResult:

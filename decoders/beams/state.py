@@ -51,8 +51,9 @@ class BeamRows:
     @torch.inference_mode()
     def reorder(self, parents: list[int] | torch.Tensor) -> None:
         """Row j of the new cache = row parents[j] of the old one (whisper's rearrange_kv_cache)."""
-        if self.length == 0:
-            return  # nothing cached yet (a one-token prompt): the rows come into being at the first step
+        if self.length == 0:  # nothing cached (a one-token prompt): the rows come into being at the next forward
+            self.cache = kv.new_cache(self.model)  # (a cropped draft forest may have left R empty rows)
+            return
         index = torch.as_tensor(parents, dtype=torch.long, device=self.device)  # (R',)
         for layer in self.cache.layers:
             if getattr(layer, "is_initialized", False):
@@ -63,27 +64,42 @@ class BeamRows:
         """Bytes held by the cache's key/value tensors (what beams cost in memory)."""
         return kv.bytes_held(self.cache)
 
+    def crop(self, length: int) -> None:
+        """Drop every entry after the first `length` (a draft forest, once its layers are drawn)."""
+        kv.drop_last(self.cache, self.length - length)
+
     def release(self) -> None:
         self.cache = kv.new_cache(self.model)
 
 
 @dataclass
 class Candidate:
-    """A finished hypothesis: its generated tokens (EOS included if it ended there) and its ranking score."""
+    """A finished hypothesis: its generated tokens (EOS included if it ended there), its ranking score (the
+    method's own, see decoders/beams/trace.py) and the target's cumulative log-probability of its tokens."""
 
     tokens: list[int]
     score: float
+    logp: float | None = None
 
 
 @dataclass
 class FinishedPool:
-    """The best `capacity` finished hypotheses, highest score first."""
+    """The best `capacity` distinct finished hypotheses, highest score first.
+
+    Distinct: the same token sequence can finish twice (beam sampling draws with replacement, so two beams may be
+    one sequence); it is kept once, with its higher score, so `full` means `capacity` different hypotheses."""
 
     capacity: int
     items: list[Candidate] = field(default_factory=list)
 
-    def add(self, tokens: list[int], score: float) -> None:
-        self.items.append(Candidate(list(tokens), float(score)))
+    def add(self, tokens: list[int], score: float, logp: float | None = None) -> None:
+        tokens = list(tokens)
+        same = next((c for c in self.items if c.tokens == tokens), None)
+        if same is not None:
+            if score <= same.score:
+                return
+            self.items.remove(same)
+        self.items.append(Candidate(tokens, float(score), None if logp is None else float(logp)))
         self.items.sort(key=lambda c: -c.score)  # stable: among equal scores the earlier one stays first
         del self.items[self.capacity:]
 
@@ -98,13 +114,16 @@ class FinishedPool:
         return self.items[0] if self.items else None
 
 
-def fork(rows: BeamRows) -> BeamRows:
-    """A scratch copy (drafting writes into it; the original rows stay as they were)."""
-    import copy
+class PeakMeter:
+    """The most KV bytes the given caches held at once, read right after each forward (where the peaks are: a
+    forward appends its block, and only commits, reorders and crops shrink it again)."""
 
-    twin = BeamRows.__new__(BeamRows)
-    twin.model, twin.device, twin.cache = rows.model, rows.device, copy.deepcopy(rows.cache)
-    return twin
+    def __init__(self, *rows: BeamRows):
+        self.rows = rows
+        self.peak = 0
+
+    def note(self) -> None:
+        self.peak = max(self.peak, sum(r.kv_bytes() for r in self.rows))
 
 
 @torch.inference_mode()

@@ -7,9 +7,16 @@ BeamTrace
   schema_version  2;  family  "beams"
   method          "beam-search" | "beam-sampling" | "dsbd";  label; options (DecodeOptions.to_dict()); models
   prompt, prompt_ids;  output_ids, output_text (the best candidate's generated tokens)
-  candidates      [{tokens, text, score}] the finished pool, best first (score: length-normalised)
+  candidates      [{tokens, text, score, logp}] the finished pool, distinct token sequences, best score first.
+                  score: the method's ranking score divided by the generated length. Beam search: the cumulative
+                  log-probability / length^length_penalty (transformers'). Beam sampling and DSBD: the log of the
+                  last draw's probability in the per-step renormalised joint over (beam, token), as in the DSBD
+                  code; it is NOT the sequence's log p (each step divides by that step's total, so candidates
+                  that finish at different steps carry different offsets). logp: the target's own cumulative
+                  log-probability of the tokens (temperature 1, no top-k/top-p), recorded from the same forwards.
   iterations      [Iteration], one per target forward
-  stop_reason     "eos" | "max_new_tokens" | "cancelled" | "";  prefill_seconds, decode_seconds
+  stop_reason     "eos" | "max_new_tokens" | "cancelled" | "";  prefill_seconds, decode_seconds (one clock for
+                  every method, decoders/clock.py: decode time starts after prefill and leaves out the consumer)
   totals          {tokens, iterations, target_forwards, draft_forwards, peak_kv_bytes, tokens_per_second}
 
 Iteration
@@ -22,9 +29,10 @@ Iteration
   layers  [{layer, width, distribution, thres, passed, accepted}] DSBD only: the chosen width K_ℓ, the
           acceptance-count distribution D[W] (sums to 1), the thres cut, whether the layer produced K_ℓ beams
   stopped_at   the layer where verification stopped (DSBD), None when every drafted layer passed
-  beams   [{row, tokens, score}] the beams carried forward: their input row, the tokens this iteration added,
-          their score (log of the joint probability of their last draw; beam search: cumulative log-probability)
-  ended   [{row, tokens, score}] DSBD: beams that drew EOS on a layer that passed (they left the live set there)
+  beams   [{row, tokens, score, logp}] the beams carried forward: their input row, the tokens this iteration
+          added, their score (beam sampling, DSBD: log of the per-step renormalised probability of their last draw;
+          beam search: cumulative log-probability) and logp (the target's cumulative log p, as for candidates)
+  ended   [{row, tokens, score, logp}] DSBD: beams that drew EOS on a layer that passed (they left the live set)
   finished     [[tokens, score]] the pool after this iteration
   kv_bytes     {"target": bytes, "draft": bytes} held after the iteration;  target_rows  live target KV rows
   target_forwards, draft_forwards

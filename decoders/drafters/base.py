@@ -5,6 +5,7 @@ observe(n_before, n_accepted, path=, features=)
                                        after verification: roll the drafter's own state back to what was kept;
                                        path = the accepted node ids (which branch of a tree won), features = the
                                        target's last hidden states (N+1, H) when wants_target_hidden
+score(target, tree, hidden)            the verification forward (default: target.forward_tree)
 close()                                free caches; called from the loop's `finally`, also on cancel
 """
 from __future__ import annotations
@@ -63,6 +64,17 @@ class Drafter:
         states of every node, given only to a drafter that sets wants_target_hidden.
         """
 
+    def score(self, target, tree: DraftTree, hidden: bool):
+        """The verification forward: (logits (N+1, V), last hidden states (N+1, H) or None). A drafter that already
+        ran part of the target for its nodes (early exit's shared layers) overrides this to run only the rest."""
+        if hidden:
+            return target.forward_tree(tree, hidden=True)
+        return target.forward_tree(tree), None
+
+    def summary(self) -> dict:
+        """Facts about the drafter's shape and work for the trace's totals (e.g. early exit's layer k); {} if none."""
+        return {}
+
     def kv_peak_bytes(self) -> int:
         """The most KV memory the drafter's own cache held (a draft model's, an EAGLE head's); 0 for none."""
         return 0
@@ -96,19 +108,29 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
     for position in range(1, limit + 1):
-        q = warp.probs(logits)  # (V,) the distribution the draft token is drawn from
-        judged = raw_probs(logits) if warp.greedy and (record or rule.needs_distribution) else q  # (V,)
-        stop, check = rule.check(position, judged)
-        if record:
-            proposal.checks.append(check)
-        if stop:
-            proposal.reason = DraftStop.RULE
+        token = draft_position(proposal, position, logits, rule, warp, generator, record)
+        if token is None:
             break
-        token = int(logits.argmax()) if warp.greedy else sample(q, generator)
-        node = tree.add(position - 1, token, float(judged[token]) if record else None)
-        if not warp.greedy:
-            tree.q_dists[node - 1] = q  # children of node-1 were drawn from q
         if position < limit:
             logits = step([token])  # (V,) for the next position
             proposal.forwards += 1
     return proposal
+
+
+def draft_position(proposal: Proposal, position: int, logits: torch.Tensor, rule: DraftRule, warp: Warp,
+                   generator: torch.Generator, record: bool) -> int | None:
+    """One drafted position: the rule judges, then a token is drawn and added. Returns it, or None if the rule
+    stopped (the batched drafters, decoders/batch/drafters.py, call this same body row by row)."""
+    q = warp.probs(logits)  # (V,) the distribution the draft token is drawn from
+    judged = raw_probs(logits) if warp.greedy and (record or rule.needs_distribution) else q  # (V,)
+    stop, check = rule.check(position, judged)
+    if record:
+        proposal.checks.append(check)
+    if stop:
+        proposal.reason = DraftStop.RULE
+        return None
+    token = int(logits.argmax()) if warp.greedy else sample(q, generator)
+    node = proposal.tree.add(position - 1, token, float(judged[token]) if record else None)
+    if not warp.greedy:
+        proposal.tree.q_dists[node - 1] = q  # children of node-1 were drawn from q
+    return token

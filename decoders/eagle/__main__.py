@@ -23,6 +23,7 @@ from ..model_files import ModelError
 from .official import EagleHeadError, save_official, trained_head_dir
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
+from ..training import save_curves
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -107,8 +108,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
                              max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,
                              seed=args.seed)
     history = train_head(head, train_set, heldout_set, settings, log=lambda line: print(line, flush=True))
-    final = acceptance_by_depth(head, heldout_set, args.depths)
-    history.evals.append((history.steps, final))
+    final = history.evals[-1][1] if history.evals else acceptance_by_depth(head, heldout_set, args.depths)
     print("final held-out α by depth " + " ".join(f"{a:.3f}" for a in final["alpha"]) + " | recall "
           + json.dumps({k: round(v, 3) for k, v in final["recall"].items()}), flush=True)
     full_vocab = None
@@ -137,6 +137,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     (out / "training.json").write_text(json.dumps({k: v for k, v in info.items() if k != "evals"} |
                                                   {"evals": history.evals, "losses": history.losses[::10]},
                                                   indent=1, default=str) + "\n")
+    save_curves(history, out, f"EAGLE head for {lm.name}")  # training_curves.png / .json: loss and α by depth
     print(f"saved {out} ({size_mb:.1f} MB) in {info['total_seconds'] / 60:.1f} min", flush=True)
     return 0
 

@@ -8,7 +8,7 @@ with p_{i+2} = softmax(LMHead(f_{i+1})), the target's own next-token distributio
 both terms averaged over the positions whose feature f_{i+1} lies in an assistant turn. Input features get EAGLE's
 uniform noise, amplitude std * 512 / n (±0.1 at n = 512 with std 0.2). AdamW (betas 0.9, 0.95), gradient values
 clipped at 0.5, linear warm-up then linear decay over the time budget (EAGLE decays over 20 epochs; a CPU run has
-minutes, so the schedule is in seconds).
+minutes, so the schedule is in seconds): the shared loop of every learned drafter, decoders/training.
 
 Held-out acceptance by depth (`acceptance_by_depth`) drafts exactly as at decode time, all positions at once: depth
 k feeds the head its own depth k-1 feature, and a depth-k query attends the real keys up to where its chain began
@@ -18,13 +18,13 @@ would not have. Tokens fed are the data tokens.
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import DynamicCache
 
+from ..training import FitSettings, History, fit
 from .data import Featurized
 from .head import EagleHead, causal_mask
 
@@ -52,15 +52,6 @@ class Batch:
     ids: torch.Tensor  # (B, n)
     features: torch.Tensor  # (B, n, d)
     mask: torch.Tensor  # (B, n) bool: real assistant positions
-
-
-@dataclass
-class History:
-    steps: int = 0
-    seconds: float = 0.0
-    tokens_seen: int = 0
-    losses: list[tuple[int, float, float]] = field(default_factory=list)  # (step, regression, classification)
-    evals: list[tuple[int, dict]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -190,79 +181,28 @@ def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
                log=print) -> History:
-    """AdamW on the head's own parameters until the time budget (or max_steps); evaluates on `heldout`."""
+    """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end."""
     rng = random.Random(settings.seed)
-    torch.manual_seed(settings.seed)
     device, dtype = head.fc.weight.device, head.fc.weight.dtype
-    optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, betas=settings.betas,
-                                  weight_decay=settings.weight_decay)
-    budget = settings.max_minutes * 60
-    history = History()
-    bar = _progress(settings.max_steps or None)
-    start = last_eval = time.perf_counter()
+    groups: list[list[int]] = []
+
+    def step(_):
+        if not groups:
+            groups.extend(make_batches(train, settings.batch_tokens, rng))
+        batch = collate([train[i] for i in groups.pop()], device, dtype)
+        regression, classification = loss_terms(head, batch, settings.noise_std)
+        loss = settings.v_w * regression + settings.p_w * classification
+        return loss, {"regression": regression.item(), "classification": classification.item()}, int(batch.mask.sum())
+
+    fit_settings = FitSettings(lr=settings.lr, weight_decay=settings.weight_decay, betas=settings.betas,
+                               grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps,
+                               max_minutes=settings.max_minutes, max_steps=settings.max_steps,
+                               eval_every_minutes=settings.eval_every_minutes, seed=settings.seed)
     head.train()
-    while True:
-        for group in make_batches(train, settings.batch_tokens, rng):
-            elapsed = time.perf_counter() - start
-            if (settings.max_steps and history.steps >= settings.max_steps) or \
-                    (not settings.max_steps and elapsed >= budget):
-                history.seconds = elapsed
-                bar.close()
-                return history
-            _set_lr(optimizer, settings, history.steps, elapsed / budget if budget else 0.0)
-            batch = collate([train[i] for i in group], device, dtype)
-            regression, classification = loss_terms(head, batch, settings.noise_std)
-            loss = settings.v_w * regression + settings.p_w * classification
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_value_(head.parameters(), settings.grad_clip)
-            optimizer.step()
-            history.steps += 1
-            history.tokens_seen += int(batch.mask.sum())
-            reg, cls = regression.item(), classification.item()
-            history.losses.append((history.steps, reg, cls))
-            bar.update(f"reg {reg:.3f} cls {cls:.3f}")
-            if heldout and time.perf_counter() - last_eval >= settings.eval_every_minutes * 60:
-                _evaluate(head, heldout, settings, history, log)
-                last_eval = time.perf_counter()
+    evaluate = (lambda: acceptance_by_depth(head, heldout, settings.depths)) if heldout else None
+    return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe)
 
 
-def _evaluate(head, heldout, settings, history, log) -> dict:
-    result = acceptance_by_depth(head, heldout, settings.depths)
-    history.evals.append((history.steps, result))
-    log(f"step {history.steps}: held-out α by depth " + " ".join(f"{a:.2f}" for a in result["alpha"])
-        + f" | top-1/4/10 recall " + "/".join(f"{r:.2f}" for r in result["recall"].values()))
-    return result
-
-
-def _set_lr(optimizer, settings: TrainSettings, step: int, progress: float) -> None:
-    warm = min(1.0, (step + 1) / max(settings.warmup_steps, 1))
-    decay = max(0.05, 1.0 - progress) if not settings.max_steps else max(0.05, 1.0 - step / settings.max_steps)
-    for group in optimizer.param_groups:
-        group["lr"] = settings.lr * warm * decay
-
-
-class _progress:
-    """tqdm when installed, else one printed line every 20 steps."""
-
-    def __init__(self, total: int | None):
-        try:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=2.0)
-        except ImportError:
-            self._bar = None
-        self._count = 0
-
-    def update(self, text: str) -> None:
-        self._count += 1
-        if self._bar is not None:
-            self._bar.update(1)
-            self._bar.set_postfix_str(text, refresh=False)
-        elif self._count % 20 == 0:
-            print(f"step {self._count}: {text}", flush=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
+def _describe(result: dict) -> str:
+    return ("α by depth " + " ".join(f"{a:.2f}" for a in result["alpha"])
+            + " | top-1/4/10 recall " + "/".join(f"{r:.2f}" for r in result["recall"].values()))

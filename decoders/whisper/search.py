@@ -24,10 +24,12 @@ import torch
 import torch.nn.functional as F
 from whisper.decoding import BeamSearchDecoder, GreedyDecoder
 
+from .registry import Aggregate
 from .rollout import greedy_rollout
 from .trace import BeamNode, BeamStep
 
-AGGREGATES = ("min", "mean", "sum")
+AGGREGATES = tuple(Aggregate)
+FOLD = {Aggregate.MIN: np.min, Aggregate.MEAN: np.mean, Aggregate.SUM: np.sum}
 GREEDY_ALTERNATIVES = 4  # how many runner-up tokens the greedy trace shows per step
 
 
@@ -42,7 +44,7 @@ class EndFilter:
 @dataclass(frozen=True)
 class Lookahead:
     depth: int = 2
-    aggregate: str = "min"
+    aggregate: Aggregate = Aggregate.MIN
     rank_by_key: bool = True  # False: compute and record keys but rank by score (the kv-cache test uses it)
     protect_task_cache: bool = True  # False reproduces the kv-cache bug; only tests set it
 
@@ -50,7 +52,7 @@ class Lookahead:
         future = rollout[~np.isnan(rollout)]
         if len(future) == 0:
             return score
-        return score + float({"min": np.min, "mean": np.mean, "sum": np.sum}[self.aggregate](future))
+        return score + float(FOLD[Aggregate(self.aggregate)](future))  # a typo raises instead of picking a default
 
 
 class TreeRecorder:

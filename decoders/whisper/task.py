@@ -8,23 +8,44 @@ DecodingOptions; the reconstructions' knobs go to our decoders' constructors.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-from whisper.decoding import DecodingOptions, DecodingTask
+from whisper.decoding import DecodingOptions, DecodingTask, LogitFilter
 
+from ..models import hold
 from ..options import OptionsError
 from .audio import Clip
-from .models import entry, load_whisper
+from .models import entry, resident_whisper
 from .options import WhisperOptions
-from .search import EndFilter, Lookahead, TracedBeam, TracedGreedy
 from .trace import FinalCandidate, WhisperTrace
 
 
+class Cancelled(Exception):
+    """A transcription stopped between two steps because its caller asked (Stop, a closed page)."""
+
+
+class StopCheck(LogitFilter):
+    """Not a filter: whisper calls every logit filter once per step (and our rollouts call them too), which makes
+    this the one public place to end a decode between two steps. Raising here unwinds DecodingTask's main loop,
+    whose `finally` drops its key/value cache. `steps` counts the calls (progress for the caller)."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.should_stop, self.steps = should_stop, 0
+
+    def apply(self, logits, tokens) -> None:
+        self.steps += 1
+        if self.should_stop():
+            raise Cancelled("stopped")
+
+
 class TracedTask(DecodingTask):
-    def __init__(self, model, options: WhisperOptions):
+    def __init__(self, model, options: WhisperOptions, should_stop: Callable[[], bool] | None = None):
         super().__init__(model, decoding_options(options))
         self.decoder = make_decoder(self, options)
+        self.stop_check = StopCheck(should_stop or (lambda: False))
+        self.logit_filters = [self.stop_check, *self.logit_filters]
 
     def _get_audio_features(self, mel):
         self.audio_features = super()._get_audio_features(mel)  # (1, n_audio_ctx, d): kept for lookahead rollouts
@@ -33,18 +54,15 @@ class TracedTask(DecodingTask):
 
 def decoding_options(options: WhisperOptions) -> DecodingOptions:
     """What whisper itself needs; fp16 off (decode() does not switch it off on CPU), no timestamps (one window)."""
-    return DecodingOptions(language=options.language, beam_size=None if options.decoder == "greedy" else options.beam_size,
-                           patience=None if options.decoder == "greedy" else options.patience,
+    beams = options.spec.beams
+    return DecodingOptions(language=options.language, beam_size=options.beam_size if beams else None,
+                           patience=options.patience if beams else None,
                            length_penalty=options.length_penalty, sample_len=options.sample_len,
                            without_timestamps=True, fp16=False)
 
 
 def make_decoder(task: DecodingTask, options: WhisperOptions):
-    if options.decoder == "greedy":
-        return TracedGreedy(task)
-    end_filter = EndFilter(options.eot_margin) if "filter-ends" in options.decoder else None
-    lookahead = Lookahead(options.lookahead_depth, options.lookahead_aggregate) if "lookahead" in options.decoder else None
-    return TracedBeam(task, options.beam_size, options.patience, end_filter, lookahead)
+    return options.spec.build(task, options)  # decoders/whisper/registry.py
 
 
 def mel_for(model, clip: Clip) -> torch.Tensor:
@@ -53,18 +71,21 @@ def mel_for(model, clip: Clip) -> torch.Tensor:
     return pad_or_trim(mel[:, :N_FRAMES], N_FRAMES)
 
 
-def transcribe(clip: Clip, options: WhisperOptions, decoder=None) -> WhisperTrace:
-    """Decode one clip with one decoder and return its trace. `decoder` overrides make_decoder (tests)."""
+def transcribe(clip: Clip, options: WhisperOptions, decoder=None,
+               should_stop: Callable[[], bool] | None = None) -> WhisperTrace:
+    """Decode one clip with one decoder and return its trace. `decoder` overrides make_decoder (tests).
+    `should_stop` is asked once per step; when it says yes the decode raises Cancelled (its caches freed)."""
     options.validate()
     if options.language != "en" and not entry(options.model).multilingual:
         raise OptionsError(f"{options.model} is English-only; choose whisper-base for language {options.language!r}")
-    model = load_whisper(options.model)
-    task = TracedTask(model, options)
-    if decoder is not None:
-        task.decoder = decoder(task)
-    start = time.perf_counter()
-    result = task.run(mel_for(model, clip)[None])[0]
-    seconds = time.perf_counter() - start
+    loaded = resident_whisper(options.model)
+    with hold(loaded):  # no other load evicts it while it decodes
+        task = TracedTask(loaded.model, options, should_stop)
+        if decoder is not None:
+            task.decoder = decoder(task)
+        start = time.perf_counter()
+        result = task.run(mel_for(loaded.model, clip)[None])[0]
+        seconds = time.perf_counter() - start
     return build_trace(task, result, options, clip, seconds)
 
 

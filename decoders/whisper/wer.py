@@ -1,38 +1,29 @@
-"""Word error rate and the word alignment behind it (for the coloured diff and the benchmark).
+"""Word error rate and the word alignment behind it (for the coloured diff and the benchmarks), by the field's tools.
 
-Normalisation (ours, simple, stated): lower case, hyphens and slashes become spaces, other punctuation is
-dropped, whitespace collapses, and whole numbers 0-99 become English words ("10 of clubs" = "ten of clubs":
-Whisper writes digits, LibriVox/CMU references spell them). No other spelling normalisation (Whisper's
-EnglishTextNormalizer does more; its figures are not comparable to these).
+The convention of Whisper papers: both texts go through openai-whisper's own normaliser first, then jiwer counts
+the edits. English uses EnglishTextNormalizer (lower case, punctuation and hyphens out, spellings unified,
+"ten" -> "10", "Mr." -> "mister"); every other language uses BasicTextNormalizer (lower case, punctuation and
+symbols out, diacritics kept, so Vietnamese tones still count). Figures made with SpecLab's earlier normaliser
+(its own, simpler) are not comparable; the benchmarks say which one they used.
 """
 from __future__ import annotations
 
-import re
-import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
-_SPLITTERS = re.compile(r"[-‐‑–—/]")
-
-
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen").split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+NORMALIZER = "openai-whisper's EnglishTextNormalizer (en) / BasicTextNormalizer (others), then jiwer"
 
 
-def normalise(text: str) -> list[str]:
-    text = _SPLITTERS.sub(" ", unicodedata.normalize("NFC", text).lower())
-    kept = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
-    return [spelled for word in kept.split() for spelled in _spell(word)]
+@lru_cache(maxsize=2)
+def _normalizer(english: bool):
+    from whisper.normalizers import BasicTextNormalizer, EnglishTextNormalizer
+
+    return EnglishTextNormalizer() if english else BasicTextNormalizer()
 
 
-def _spell(word: str) -> list[str]:
-    """'7' -> ['seven'], '42' -> ['forty', 'two']; anything else unchanged."""
-    if not (word.isascii() and word.isdigit()) or int(word) > 99:
-        return [word]
-    n = int(word)
-    if n < 20:
-        return [_ONES[n]]
-    return [_TENS[n // 10]] + ([_ONES[n % 10]] if n % 10 else [])
+def normalise(text: str, language: str = "en") -> list[str]:
+    """The words WER compares: whisper's normaliser for `language`, split on whitespace."""
+    return _normalizer(language == "en")(text).split()
 
 
 @dataclass(frozen=True)
@@ -42,41 +33,40 @@ class WordOp:
     hyp: str | None
 
 
-def align(reference: str, hypothesis: str) -> list[WordOp]:
-    """Levenshtein alignment over normalised words; ties prefer a substitution, then a deletion."""
-    ref, hyp = normalise(reference), normalise(hypothesis)
-    rows, cols = len(ref) + 1, len(hyp) + 1
-    cost = [[0] * cols for _ in range(rows)]  # cost[i][j]: edits between ref[:i] and hyp[:j]
-    for i in range(rows):
-        cost[i][0] = i
-    for j in range(cols):
-        cost[0][j] = j
-    for i in range(1, rows):
-        for j in range(1, cols):
-            cost[i][j] = min(cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]), cost[i - 1][j] + 1, cost[i][j - 1] + 1)
-    ops, i, j = [], len(ref), len(hyp)
-    while i or j:
-        if i and j and cost[i][j] == cost[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]):
-            ops.append(WordOp("ok" if ref[i - 1] == hyp[j - 1] else "sub", ref[i - 1], hyp[j - 1]))
-            i, j = i - 1, j - 1
-        elif i and cost[i][j] == cost[i - 1][j] + 1:
-            ops.append(WordOp("del", ref[i - 1], None))
-            i -= 1
+_OPS = {"equal": "ok", "substitute": "sub", "delete": "del", "insert": "ins"}
+
+
+def align(reference: str, hypothesis: str, language: str = "en") -> list[WordOp]:
+    """jiwer's minimum-edit alignment of the normalised words, one WordOp per word (an empty side allowed)."""
+    import jiwer
+
+    ref, hyp = normalise(reference, language), normalise(hypothesis, language)
+    if not ref:  # jiwer needs a reference word; every hypothesis word is then an insertion
+        return [WordOp("ins", None, w) for w in hyp]
+    ops = []
+    for chunk in jiwer.process_words(" ".join(ref), " ".join(hyp)).alignments[0]:
+        kind = _OPS[chunk.type]
+        refs, hyps = ref[chunk.ref_start_idx:chunk.ref_end_idx], hyp[chunk.hyp_start_idx:chunk.hyp_end_idx]
+        if kind == "del":
+            ops += [WordOp("del", w, None) for w in refs]
+        elif kind == "ins":
+            ops += [WordOp("ins", None, w) for w in hyps]
         else:
-            ops.append(WordOp("ins", None, hyp[j - 1]))
-            j -= 1
-    return ops[::-1]
+            ops += [WordOp(kind, r, h) for r, h in zip(refs, hyps)]
+    return ops
 
 
-def wer(reference: str, hypothesis: str) -> float:
-    """(substitutions + deletions + insertions) / reference words; needs a non-empty reference."""
-    n = len(normalise(reference))
-    if n == 0:
-        raise ValueError("WER needs a reference with at least one word")
-    return sum(op.op != "ok" for op in align(reference, hypothesis)) / n
+def wer(reference: str, hypothesis: str, language: str = "en") -> float:
+    """(substitutions + deletions + insertions) / reference words; needs a reference with a word."""
+    return corpus_wer([(reference, hypothesis)], language)
 
 
-def corpus_wer(pairs: list[tuple[str, str]]) -> float:
-    """Total edits over total reference words (not a mean of per-clip rates)."""
-    edits = sum(sum(op.op != "ok" for op in align(r, h)) for r, h in pairs)
-    return edits / max(1, sum(len(normalise(r)) for r, _ in pairs))
+def corpus_wer(pairs: list[tuple[str, str]], language: str = "en") -> float:
+    """Total edits over total reference words (jiwer over the whole list, not a mean of per-clip rates)."""
+    import jiwer
+
+    refs = [" ".join(normalise(r, language)) for r, _ in pairs]
+    if not all(refs):
+        raise ValueError("WER needs every reference to have at least one word after normalisation")
+    hyps = [" ".join(normalise(h, language)) for _, h in pairs]
+    return jiwer.wer(refs, hyps)

@@ -69,6 +69,20 @@ def has_head(model: str) -> bool:
         return False
 
 
+SELF_DRAFTERS = ("early-exit", "prophet")  # learned self-drafters: offered where trained weights exist
+
+
+def has_self_weights(model: str, kind: str) -> bool:
+    """Are early-exit / prophet weights shipped (assets/<kind>) or trained (the cache) for this target?"""
+    try:
+        from decoders.selfdraft.store import locate
+
+        locate(kind, model)
+        return True
+    except Exception:  # none trained (WeightsMissing), or the modules cannot load: do not offer the drafter
+        return False
+
+
 def tree_sources(model: str) -> list[str]:
     """What a tree can grow from for this target: its same-family draft model and/or its EAGLE head."""
     return [source for source, available in ((FROM_DRAFT, bool(drafts_for(model))), (FROM_HEAD, has_head(model)))
@@ -79,7 +93,8 @@ def drafters_for(model: str) -> list[str]:
     """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the tree
     drafters only for one with a draft model or an EAGLE head to grow the tree."""
     chain = [d for d in registry.names(registry.DRAFTERS, Family.CHAIN)
-             if drafts_for(model) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d))]
+             if (drafts_for(model) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d)))
+             and (d not in SELF_DRAFTERS or has_self_weights(model, d))]
     return chain + (list(registry.names(registry.DRAFTERS, Family.TREE)) if tree_sources(model) else [])
 
 

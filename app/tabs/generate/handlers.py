@@ -15,10 +15,12 @@ from decoders.trace import Trace, TraceError
 
 from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD
 from app.shared.decode_slot import DECODE_SLOT
+from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import RunSession
+from app.shared.theme import stop_words
 from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
 
@@ -192,9 +194,9 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
     except OptionsError as err:
         yield _error(str(err))
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
-        yield _error(f"{type(err).__name__}: {err}")
-    except Exception as err:  # never a traceback in the page; the server log keeps the details
-        yield _error(f"Unexpected error ({type(err).__name__}): {err}")
+        yield _error(f"{type(err).__name__}: {err}", err)
+    except Exception as err:  # never a traceback in the page; the server log keeps the details (_error)
+        yield _error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
 def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
@@ -238,13 +240,13 @@ def _status(trace: Trace) -> str:
     if trace.stop_reason == "cancelled":
         return (f"Stopped: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype}); the decoder closed and freed "
                 "its caches.")
-    done = {"eos": "finished at end-of-sequence", "max_new_tokens": "finished (max new tokens)",
-            "context": "stopped at the context limit"}.get(trace.stop_reason)
+    done = stop_words(trace.stop_reason) if trace.stop_reason else None
     return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype})" + \
         (f" · {done}" if done else "…")
 
 
-def _error(message: str) -> dict:
+def _error(message: str, err: BaseException | None = None, unexpected: bool = False) -> dict:
+    log_handled("Generate", message, err, unexpected)  # the server log gets what the page shows
     gr.Warning(message)
     return {"status": "Not run: see the message.", "error": error_html(message)}
 
@@ -307,9 +309,10 @@ def load_trace(path: str | None, origin: str = "uploaded") -> dict:
         views = full_views(trace, status=f"Replaying {_article(origin)} {origin} trace ({trace.label}); "
                                          "no model needed.")
     except TraceError as err:
-        return _error(f"Could not load the trace: {err}")
+        return _error(f"Could not load the trace: {err}", err)
     except Exception as err:  # a file that validates but cannot be drawn (wrong value types)
-        return _error(f"Could not load the trace: it does not match the trace format ({type(err).__name__}: {err})")
+        return _error(f"Could not load the trace: it does not match the trace format ({type(err).__name__}: {err})",
+                      err, unexpected=True)
     views["download"] = str(path)
     return views
 

@@ -9,7 +9,7 @@ import json
 import gradio as gr
 
 from decoders import registry
-from decoders.options import DRAFTERS, RULES, TREE_DRAFTERS
+from decoders.options import DRAFTERS, MAX_NEW_TOKENS_LIMIT, RULES, TREE_DRAFTERS
 
 from app.shared import glossary
 from app.shared.hosting import registry_only
@@ -125,9 +125,12 @@ def _controls() -> dict:
                                            "of the stack. Layer 0 always runs.")
         c.update(_tree_controls(d))
     with gr.Accordion("Sampling and length", open=False):
-        c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="max new tokens", elem_id="sl-max-tokens",
-                                        info="Stop after this many generated tokens (prompt + this must fit the "
-                                             "model's context).")
+        # A number box, not a slider: a slider silently clamps what is typed (0 ran 1 token, 100000 ran 512); the
+        # options' validation says what is wrong instead (decoders/options.py).
+        c["max_new_tokens"] = gr.Number(value=d.max_new_tokens, precision=0, label="max new tokens",
+                                        elem_id="sl-max-tokens",
+                                        info=f"Stop after this many generated tokens: 1 to {MAX_NEW_TOKENS_LIMIT}, "
+                                             "and prompt + this must fit the model's context.")
         c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="temperature",
                                      info="0 = greedy (accept a draft iff it is the target's argmax); above 0, "
                                           "rejection sampling keeps the target's distribution exactly.")
@@ -198,6 +201,8 @@ def _outputs(initial: dict) -> dict:
                                elem_id="sl-rounds")
     o["stats"] = gr.HTML(initial.get("stats", ""), elem_id="sl-stats")
     o["stats_plot"] = gr.Plot(initial.get("stats_plot"), label="Acceptance and time", elem_id="sl-stats-plot")
+    o["self_draft"] = gr.Plot(label="Where the draft exits the target (early exit / prophet)", elem_id="sl-self-draft",
+                              visible=False)
     return o
 
 
@@ -266,13 +271,17 @@ def build(demo: gr.Blocks) -> dict:
     # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
     c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
     round_list = [outs[n] for n in ROUND_OUTPUTS]
-    o["slider"].input(lambda tr, v: tuple(handlers.show_round(tr, v).get(n, gr.skip()) for n in ROUND_OUTPUTS),
-                      [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
+    round_tuple = as_tuple(ROUND_OUTPUTS, outs)
+
+    def round_fn(tr, value):  # one render per slider move, spread over the four round views
+        return round_tuple(handlers.show_round(tr, value))
+
+    o["slider"].input(round_fn, [state, o["slider"]], round_list, trigger_mode="always_last", api_name="show_round")
     sel_names = ROUND_OUTPUTS + ("slider",)
+    sel_tuple = as_tuple(sel_names, outs)
 
     def select_fn(tr, evt: gr.SelectData):
-        result = handlers.select_token(tr, evt)
-        return tuple(result.get(n, gr.skip()) for n in sel_names)
+        return sel_tuple(handlers.select_token(tr, evt))
 
     o["text"].select(select_fn, [state], [outs[n] for n in sel_names], api_name="select_token")
     c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")

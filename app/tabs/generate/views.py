@@ -9,6 +9,7 @@ from pathlib import Path
 from decoders.trace import Trace
 
 from app.figures.rule import positions_figure, rounds_figure
+from app.figures.self_draft import exit_figure
 from app.figures.search import growth_figure, is_tree_trace, run_figure
 from app.figures.stats import stats_figure, stats_html
 from app.figures.text import legend_html, provenance_spans
@@ -16,7 +17,7 @@ from app.figures.tree import tree_figure
 
 # The Generate tab's outputs, in the order every handler returns them (layout.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
-           "download", "legend")
+           "download", "legend", "self_draft")
 ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
 # The recorded run the page opens on: an EAGLE-2 tree grown by SmolLM2's EAGLE head (controls.OPENING's settings).
 OPENING_TRACE = "eagle2-head-chat.json"
@@ -66,7 +67,16 @@ def full_views(trace: Trace, index: int | None = None, status: str = "", with_st
              "state": trace, "slider": slider_update(len(trace.rounds), index), **round_views(trace, index)}
     if with_stats_plot:
         views["stats_plot"] = stats_figure(trace)
+    views["self_draft"] = self_draft_update(trace)
     return views
+
+
+def self_draft_update(trace: Trace) -> dict:
+    """The early-exit / prophet view (app/figures/self_draft.py), shown only for traces of those drafters."""
+    import gradio as gr
+
+    figure = exit_figure(trace)
+    return gr.update(value=figure, visible=figure is not None)
 
 
 def slider_update(n_rounds: int, index: int) -> dict:

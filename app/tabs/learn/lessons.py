@@ -193,6 +193,25 @@ def whisper_try_states(lesson: Lesson, folder: Path = TRACES) -> dict[str, dict]
             "reference": {"value": recorded.reference}, "decoders": {"value": [t.decoder for t in recorded.traces]}}
 
 
+BEAM_CONTROLS = ("prompt", "model", "draft", "method", "width", "gamma", "thres", "min_width", "memory",
+                 "max_tokens", "seed")  # the Beams tab's controls "try it" fills (app/tabs/beams.py build())
+
+
+def beams_try_values(lesson: Lesson, folder: Path = TRACES) -> dict:
+    """The Beams tab's control values that re-run a beam lesson's recorded trace live (name -> value)."""
+    from app.tabs.beams import MEMORY_MODES, SAME_AS_PAIRING
+
+    trace = lesson_trace(lesson, folder)
+    if not isinstance(trace, BeamTrace):
+        raise ValueError(f"lesson '{lesson.title}' has no recorded beam trace to re-run")
+    o = trace.options
+    memory = next(label for label, one in MEMORY_MODES.items() if one == bool(o.get("one_input_beam")))
+    draft = (trace.models.get("draft") or {}).get("name") or o.get("draft_model") or SAME_AS_PAIRING
+    return {"prompt": trace.prompt, "model": o["model"], "draft": draft, "method": o["method"],
+            "width": o["width"], "gamma": o["gamma"], "thres": o["thres"], "min_width": o["min_width"],
+            "memory": memory, "max_tokens": o["max_new_tokens"], "seed": o["seed"]}
+
+
 def lesson_figure(lesson: Lesson, folder: Path = TRACES) -> go.Figure:
     """The lesson's picture, drawn from its recorded trace (no model is loaded)."""
     if lesson.coming:
@@ -222,23 +241,33 @@ def tab_label(lesson: Lesson) -> str:
     return f"{number} {lesson.tab}" + (" (coming)" if lesson.coming else "")
 
 
+def lesson_id(number: int) -> str:
+    """The lesson's tab id (the contents picker selects the tab by it)."""
+    return f"lesson-{number}"
+
+
 def contents_markdown(lessons: list[Lesson] = LESSONS) -> str:
     lines = [f"- {lesson.title}" + (f" *(coming: {lesson.coming})*" if lesson.coming else "") for lesson in lessons]
     return "**Lessons**\n\n" + "\n".join(lines)
 
 
-def build(controls: dict, whisper: dict | None = None) -> None:
-    """Lessons as tabs; "try it" fills the Generate tab's controls (`controls`: name -> component) or, for the
-    Whisper lesson, the Whisper tab's (`whisper`: the dict whisper_tab.build returns)."""
+def build(controls: dict, whisper: dict | None = None, beams: dict | None = None) -> None:
+    """Lessons as tabs; "try it" fills the Generate tab's controls (`controls`: name -> component), for the
+    Whisper lesson the Whisper tab's (`whisper`: the dict whisper_tab.build returns), for the beams lesson the
+    Beams tab's (`beams`: the dict beams.build returns)."""
     import gradio as gr
 
     from app.shared import glossary
 
-    gr.Markdown(contents_markdown())
+    # The contents are a picker, not a list to read: one tap opens the lesson, on a phone too, where only a couple
+    # of the eight tab labels fit on the row of tabs.
+    picker = gr.Radio([(lesson.title + (" (coming)" if lesson.coming else ""), i) for i, lesson in enumerate(LESSONS)],
+                      value=0, label="Lessons (tap one to open it)", elem_id="sl-lesson-list")
     targets = [controls[name] for name in EXAMPLE_CONTROLS]
-    with gr.Tabs():
-        for lesson in LESSONS:
-            with gr.Tab(tab_label(lesson)):
+    with gr.Tabs(elem_id="sl-lessons") as lesson_tabs:
+        for number, lesson in enumerate(LESSONS):
+            with gr.Tab(tab_label(lesson), id=lesson_id(number)) as lesson_tab:
+                lesson_tab.select(lambda n=number: n, None, picker, queue=False, show_progress="hidden")
                 gr.Markdown(f"### {lesson.title}\n\n{lesson.text}")
                 gr.Plot(lesson_figure(lesson), label=lesson.title)
                 table = lesson_table(lesson)
@@ -256,9 +285,24 @@ def build(controls: dict, whisper: dict | None = None) -> None:
                                  None, [*targets, note], queue=False, show_progress="hidden")
                 elif lesson.figure == "whisper" and whisper:
                     _whisper_button(lesson, whisper)
+                elif lesson.figure == "forest" and beams:
+                    _beams_button(lesson, beams)
+    picker.input(lambda n: gr.Tabs(selected=lesson_id(int(n))), picker, lesson_tabs, queue=False,
+                 show_progress="hidden")
     with gr.Accordion("Rejection-sampling explainer", open=False):
         explainer.build(with_glossary=False)
     glossary.build()
+
+
+def _beams_button(lesson: Lesson, beams: dict) -> None:
+    import gradio as gr
+
+    values = beams_try_values(lesson)
+    button = gr.Button("Try it: load these settings into the Beams tab", variant="primary")
+    note = gr.Markdown()
+    button.click(lambda: (*(gr.update(value=values[n]) for n in BEAM_CONTROLS),
+                          "Loaded: open the **Beams** tab and press **Run**."),
+                 None, [*(beams[n] for n in BEAM_CONTROLS), note], queue=False, show_progress="hidden")
 
 
 def _whisper_button(lesson: Lesson, whisper: dict) -> None:

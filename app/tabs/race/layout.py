@@ -6,13 +6,32 @@ import gradio as gr
 from app.figures.race import leviathan_figure, race_table_html, speed_figure
 from app.shared import glossary
 from app.shared.wiring import as_tuple, with_specials
+from app.shared.hosting import registry_only
+from app.tabs.generate.layout import model_choices
 from app.tabs.race import runs as race
+
+
+def race_tokens_help() -> str:
+    """What the race runs, from the constants it runs with (runs.WARMUP_TOKENS, runs.TIMED_RUNS)."""
+    return (f"Tokens per timed run. Each method (the baseline too) first runs a {race.WARMUP_TOKENS}-token warm-up, "
+            f"then {race.TIMED_RUNS} timed runs of this length; the table shows the median run and the range.")
 
 
 def build(c: dict) -> None:
     gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
-                "after a short warm-up and with recording off. Uses the prompt, model, number format, draft model "
-                "and sampling settings from the Generate tab.")
+                "after a short warm-up and with recording off. The number format, draft model and sampling settings "
+                "come from the Generate tab. The default race is a code edit on SmolLM2: prompt lookup copies the "
+                "unchanged lines from the prompt, so it wins here with output identical to the baseline's.")
+    with gr.Row(elem_id="sl-race-input"):
+        prompt = gr.Textbox(race.DEFAULT_PROMPT, label="Prompt (race)", lines=4, elem_id="sl-race-prompt", scale=3,
+                            info="A code edit by default: most of the answer is already in the prompt, which is what "
+                                 "prompt lookup drafts from.")
+        with gr.Column(scale=1, min_width=240):
+            model = gr.Dropdown(model_choices(), value=race.DEFAULT_MODEL, label="Target model (race)",
+                                elem_id="sl-race-model", allow_custom_value=not registry_only(),
+                                info="SmolLM2 races in about a minute here; the Qwen pair takes several.")
+            copy = gr.Button("Use the Generate tab's prompt and model", size="sm", elem_id="sl-race-copy")
+    copy.click(lambda p, m: (p, m), [c["prompt"], c["model"]], [prompt, model], queue=False, show_progress="hidden")
     with gr.Row(elem_id="sl-race-setup"):  # wraps on a narrow screen (theme.PAGE_CSS)
         methods = gr.CheckboxGroup(list(race.PRESETS), value=race.DEFAULT_METHODS, label="Methods (up to 3)",
                                    elem_id="sl-race-methods",
@@ -24,8 +43,7 @@ def build(c: dict) -> None:
                                         "tab draws each choice). K D M = children per node, depth, draft nodes "
                                         "verified; the papers' K10 D6 M59 assume a GPU.")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
-                                info="Tokens per run; each method runs a short warm-up, then three timed runs "
-                                     "(the table shows the median and the range).")
+                                info=race_tokens_help())
     race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
     r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
          "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
@@ -33,9 +51,13 @@ def build(c: dict) -> None:
         r["race_speed"] = gr.Plot(speed_figure([]), label="Speed", elem_id="sl-race-speed")
         r["race_curve"] = gr.Plot(leviathan_figure([]), label="Expected vs measured speedup", elem_id="sl-race-curve")
     r["race_verdicts"] = gr.Markdown("", elem_id="sl-race-verdicts")  # one sentence per method (app/tabs/race/verdicts.py)
+    costs = race.cost_views(race.DEFAULT_MODEL, "auto")  # this machine's t(n) beside the H100's (curves.py)
+    r["race_costs_note"] = gr.Markdown(costs["race_costs_note"], elem_id="sl-race-costs-note")
+    r["race_costs"] = gr.Plot(costs["race_costs"], label="Why a method wins on one machine and loses on another",
+                              elem_id="sl-race-costs")
     glossary.build()
     to_tuple = as_tuple(race.RACE_OUTPUTS, r)
-    inputs = [c["prompt"], c["model"], c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
+    inputs = [prompt, model, c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
 
     def race_fn(*args):  # (inputs..., request, progress): see app/shared/wiring.py
         for result in race.race(*args[:len(inputs)], progress=args[len(inputs) + 1]):

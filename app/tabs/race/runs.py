@@ -22,13 +22,17 @@ from app.shared.hosting import gpu
 from app.shared.loading import dtype_line, load_models, loaded, model_error_types
 from app.tabs.generate.controls import DEFAULT_DRAFT
 from app.shared.hosting import check_model_allowed
-from app.figures.race import leviathan_figure, race_row, race_table_html, speed_figure
+from app.figures.race import cost_curves_figure, cost_curves_note, leviathan_figure, race_row, race_table_html, \
+    speed_figure
+from app.tabs.race import curves
 from app.figures.stats import totals
 from app.tabs.race.verdicts import verdicts_markdown, verify_ratio
 from app.tabs.generate.views import error_html
 from app.shared.decode_slot import DECODE_SLOT
+from app.shared.errors import log_handled
 
-RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts")
+RACE_OUTPUTS = ("race_status", "race_error", "race_table", "race_speed", "race_curve", "race_verdicts", "race_costs",
+                "race_costs_note")
 RACE_INPUTS = ("prompt", "model", "dtype", "draft_model", "methods", "max_new_tokens", "temperature", "seed")
 MAX_METHODS = 3
 WARMUP_TOKENS = 8
@@ -49,6 +53,8 @@ PRESETS = {
     "draft model · max-confidence": dict(drafter="draft-model", rule="max-confidence", max_draft=8),
     "layer skip · AdaEDL · cost-aware cap": dict(drafter="layer-skip", rule="adaedl", **COST_AWARE),
     "layer skip · static γ=3": dict(drafter="layer-skip", rule="static", gamma=3),
+    "early exit · AdaEDL (trained block, shared layers)": dict(drafter="early-exit", rule="adaedl", max_draft=8),
+    "prophet · AdaEDL (trained decoder)": dict(drafter="prophet", rule="adaedl", max_draft=8),
     "EAGLE-2 tree · draft model · cost-aware": dict(CONTROLLED_TREE),
     "EAGLE-2 tree · EAGLE head · cost-aware": dict(CONTROLLED_TREE, eagle_head="auto"),
     "EAGLE-2 tree · draft model (paper: K10 D6 M59)": dict(drafter="eagle2", tree_k=10, tree_depth=6, tree_m=59),
@@ -60,6 +66,11 @@ PRESETS = {
     "DSBD · width 4 (temperature > 0)": dict(method="dsbd", width=4, gamma=4),
 }
 DEFAULT_METHODS = ["prompt lookup · cost-aware length", "prompt lookup · static γ=4"]
+# The default race, chosen by measurement (bench/race_defaults.py; the numbers are in bench/results/race-defaults.md):
+# a code edit, where prompt lookup has the unchanged lines to copy, on the model that races in about a minute here.
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_PROMPT = ("Rewrite this code with the variable `x` renamed to `total`, and change nothing else:\n\n"
+                  "def add_all(values):\n    x = 0\n    for v in values:\n        x = x + v\n    return x\n")
 
 
 def race_options(values: dict) -> list[DecodeOptions]:
@@ -137,9 +148,9 @@ def race(*values, progress=gr.Progress()) -> Iterator[dict]:
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
-        yield _race_error(f"{type(err).__name__}: {err}")
-    except Exception as err:  # never a traceback in the page
-        yield _race_error(f"Unexpected error ({type(err).__name__}): {err}")
+        yield _race_error(f"{type(err).__name__}: {err}", err)
+    except Exception as err:  # never a traceback in the page; the server log keeps it (_race_error)
+        yield _race_error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
 def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
@@ -157,7 +168,14 @@ def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
             f"{TIMED_RUNS} timed runs)…"
         yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
                "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
-               "race_error": _mismatch_error(rows)}
+               "race_error": _mismatch_error(rows), **(cost_views(runs[0].model, runs[0].dtype) if done else {})}
+
+
+def cost_views(model: str, dtype: str) -> dict:
+    """The t(n) panel for the raced target: this machine's curve (a cost-aware run has just measured it, if it never
+    was) beside the H100's from bench/results."""
+    here, elsewhere = curves.this_machine(model, dtype), curves.measured_elsewhere()
+    return {"race_costs": cost_curves_figure(here, elsewhere), "race_costs_note": cost_curves_note(here, elsewhere)}
 
 
 def _mismatch_error(rows: list[dict]) -> str:
@@ -186,6 +204,7 @@ def _label(options: DecodeOptions) -> str:
     return label(options)
 
 
-def _race_error(message: str) -> dict:
+def _race_error(message: str, err: BaseException | None = None, unexpected: bool = False) -> dict:
+    log_handled("Race", message, err, unexpected)
     gr.Warning(message)
     return {"race_status": "Not run: see the message.", "race_error": error_html(message)}

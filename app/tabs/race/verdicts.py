@@ -55,8 +55,7 @@ def verdict(row: dict) -> str:
     numbers += f", a cost of {cost:.2f} target forwards for τ = {tau:.2f} tokens"
     alpha = row.get("alpha")
     if speedup >= WIN:
-        why = "the drafts were cheap and mostly right" if c < 0.1 else "enough drafts survived to pay for the draft"
-        return f"{head}: {numbers}; {why}."
+        return f"{head}: {numbers}; {win_reason(c, row.get('acceptance_rate'), tau)}."
     if speedup > 1 / WIN:
         return f"{head}, a draw within timing noise: {numbers}; gains and costs cancel."
     if alpha is not None and alpha < 0.3:
@@ -71,6 +70,28 @@ def verdict(row: dict) -> str:
     else:
         reason = "the per-round overheads (bookkeeping, cache trimming) outweighed the accepted tokens"
     return f"{head}: {numbers}; {reason}."
+
+
+CHEAP = 0.1  # c below this: a draft costs under a tenth of a target forward (prompt lookup: a string search)
+MOSTLY = 0.6  # acceptance at or above this: most drafts survive; below FEW: most are thrown away
+FEW = 0.3
+
+
+def win_reason(c: float, acceptance: float | None, tau: float) -> str:
+    """Why a chain method won, from its measured cost AND acceptance together: a cheap draft can win while most of
+    its drafts are rejected (each accepted one is nearly free), a costly one only when most are accepted."""
+    cost = (f"the drafts were nearly free (c = {c:.2f} target forwards each)" if c < CHEAP else
+            f"the drafts cost c = {c:.2f} target forwards each")
+    if acceptance is None:
+        return f"{cost}, and τ = {tau:.2f} tokens per round paid for them"
+    share = f"{acceptance:.0%} of them were accepted"
+    if acceptance >= MOSTLY:
+        return f"{cost} and mostly right ({share})"
+    if c < CHEAP:
+        return (f"{cost}, so even though only {share}, each round still gained τ − 1 = {tau - 1:.2f} tokens "
+                "for almost nothing" if acceptance < FEW else
+                f"{cost} and {share}: the accepted ones came almost for nothing")
+    return f"{cost} and {share}: enough survived to pay for drafting"
 
 
 def _beam_verdict(row: dict, label: str, speedup: float) -> str:

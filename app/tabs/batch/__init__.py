@@ -1,0 +1,1 @@
+"""The Batch tab: several prompts decoded together, rows advancing at their own rates (decoders/batch)."""

@@ -1,0 +1,66 @@
+"""Choose the Race tab's default prompt by measurement: each candidate raced exactly as the Race tab races it.
+
+    flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.race_defaults [--tokens 48] [--out FILE.json]
+
+For every candidate prompt: the baseline and the default methods (app/tabs/race/runs.py DEFAULT_METHODS), each a
+warm-up plus TIMED_RUNS timed runs in one hold of the decode slot (runs.race_runs), then the table's row for each
+(speed-up over the baseline, τ, acceptance, identical output). Prints one line per method and writes JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+
+import torch
+
+from app.figures.race import race_row
+from app.shared.loading import loaded
+from app.tabs.race import runs as race
+from decoders.trace import Trace
+
+CANDIDATES = {
+    "rename-variable": "Rewrite this code with the variable `x` renamed to `total`, and change nothing else:\n\n"
+                       "def add_all(values):\n    x = 0\n    for v in values:\n        x = x + v\n    return x\n",
+    "repeat-list": "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape.",
+    "add-type-hints": "Add type hints to this function and change nothing else:\n\n"
+                      "def scale(points, factor):\n    result = []\n    for point in points:\n"
+                      "        result.append((point[0] * factor, point[1] * factor))\n    return result\n",
+    "sky-blue (free text)": "Explain in three short sentences why the sky is blue.",
+}
+
+
+def measure(prompt: str, tokens: int, methods: list[str]) -> list[dict]:
+    runs = race.race_options({"model": "smollm2-135m", "dtype": "auto", "methods": methods, "max_new_tokens": tokens,
+                              "temperature": 0.0, "seed": 0})
+    with loaded(*runs):
+        traces = [Trace.from_dict(d) for d in race.race_runs([o.to_dict() for o in runs], prompt)]
+    rows = [race_row(t, traces[0]) for t in traces]
+    return [{k: row[k] for k in ("label", "tokens_per_second", "speedup", "spread", "tau", "acceptance_rate", "gamma",
+                                 "identical")} for row in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    names = [n for n in CANDIDATES if not args.only or n in args.only.split(",")]
+    results = {"machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+               "tokens": args.tokens, "methods": race.DEFAULT_METHODS, "prompts": {}}
+    for name in names:
+        rows = measure(CANDIDATES[name], args.tokens, race.DEFAULT_METHODS)
+        results["prompts"][name] = rows
+        for row in rows:
+            spread = row["spread"] and f"{row['spread'][0]:.1f}-{row['spread'][1]:.1f}"
+            print(f"{name:22s} {row['label'][:48]:48s} {row['tokens_per_second']:6.1f} tok/s [{spread}] "
+                  f"x{row['speedup'] or 0:.2f} tau {row['tau'] or 0:.2f} acc {row['acceptance_rate'] or 0:.2f} "
+                  f"gamma {row['gamma']:.1f} identical {row['identical']}", flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

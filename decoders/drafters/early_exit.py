@@ -1,0 +1,127 @@
+"""Early-exit self-speculation with a trained exit block (Kangaroo / LayerSkip style, decoders/selfdraft).
+
+Draft: the target's own first k layers, on the target's own KV cache, then a trained block (its own one-layer
+cache) and the target's final norm + LM head. Verification (`score`) does not run layers 0..k-1 again: the draft
+already wrote their keys/values for every drafted token and kept their outputs h_k, so it runs layers k..L-1 over
+those h_k only. Between draft and verification the lower layers' cache slots hold the round's tokens and the upper
+ones do not; after `score` every slot holds the same N+1 entries and the loop's keep_path trims them all alike.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from .. import cache as kv
+from ..runner import CachedModel
+from ..selfdraft.heads import ExitBlock
+from ..selfdraft.stem import causal_mask, stem_layers, target_rotary, upper_layers, run_layers
+from .base import Drafter, Proposal, draft_chain
+
+
+class EarlyExitDrafter(Drafter):
+    name = "early-exit"
+
+    def __init__(self, target: CachedModel, block: ExitBlock):
+        self.target, self.block = target, block
+        self.k = block.exit_layer
+        model = target.model
+        self.stem, self.upper = stem_layers(model, self.k), upper_layers(model, self.k)
+        self.rotary = target_rotary(model)
+        self.vocab = model.config.vocab_size
+        self.block_cache = DynamicCache(config=block.config)
+        self.rows: list[torch.Tensor] = []  # h_k (d,) of this round's nodes whose stem has run, in order
+        self.unfed: list[torch.Tensor] = []  # h_k of committed tokens the block has not read yet
+        self.fed = 0  # how many of this round's nodes the block has read
+        self.peak_bytes = 0
+        self.reused_layer_tokens = 0  # token x layer passes verification did not repeat (the saving, counted)
+
+    # ------------------------------------------------------------------ the shared stem
+
+    @torch.inference_mode()
+    def _stem(self, tokens: list[int]) -> torch.Tensor:
+        """Layers 0..k-1 over `tokens` after the lower cache; appends to those slots. -> h_k (n, d)"""
+        past = self.target.cache.layers[0].get_seq_length()
+        ids = torch.tensor([tokens], device=self.target.device)  # (1, n)
+        hidden = self.target.model.get_input_embeddings()(ids)  # (1, n, d)
+        positions = torch.arange(past, past + len(tokens), device=ids.device)[None]  # (1, n)
+        mask = causal_mask(len(tokens), past, hidden.dtype, ids.device)  # (1, 1, n, past + n)
+        return run_layers(self.stem, hidden, positions, mask, self.rotary, self.target.cache)[0]  # (n, d)
+
+    @torch.inference_mode()
+    def _block(self, rows: list[torch.Tensor]) -> torch.Tensor:
+        """The exit block over h_k rows after its own cache. -> logits over the target vocabulary (V,) of the last."""
+        hidden = torch.stack(rows)[None]  # (1, n, d)
+        past = self.block_cache.get_seq_length()
+        positions = torch.arange(past, past + len(rows), device=hidden.device)[None]  # (1, n)
+        logits = self.block(hidden, positions, causal_mask(len(rows), past, hidden.dtype, hidden.device),
+                            self.block_cache)[0, -1]  # (N|V,)
+        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.block_cache))
+        if self.block.vocab.vocab_ids is None:
+            return logits
+        full = torch.full((self.vocab,), -torch.inf, dtype=logits.dtype, device=logits.device)  # (V,)
+        full[self.block.vocab.vocab_ids] = logits
+        return full
+
+    # ------------------------------------------------------------------ the drafter interface
+
+    def start(self, ids: list[int], features=None) -> None:
+        """The prefill filled the target's cache; the block needs h_k of the prompt: layers 0..k-1 once more,
+        without cache (k/L of a prefill), since the loop's prefill does not hand hidden states over."""
+        if len(ids) < 2:
+            return
+        with torch.inference_mode():
+            ids_t = torch.tensor([ids[:-1]], device=self.target.device)  # (1, n)
+            hidden = self.target.model.get_input_embeddings()(ids_t)  # (1, n, d)
+            n = ids_t.shape[1]
+            positions = torch.arange(n, device=ids_t.device)[None]
+            h = run_layers(self.stem, hidden, positions, causal_mask(n, 0, hidden.dtype, ids_t.device), self.rotary)
+        self.unfed = list(h[0])  # (n, d) rows, read by the first propose together with the pending token
+
+    def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
+        self.rows, self.fed = [], 0
+
+        def step(tokens: list[int]) -> torch.Tensor:
+            h = self._stem(tokens)  # (n, d)
+            self.rows.extend(h)
+            self.fed += len(tokens)
+            rows, self.unfed = self.unfed + list(h), []
+            return self._block(rows)  # (V,)
+
+        return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record)
+
+    @torch.inference_mode()
+    def score(self, target: CachedModel, tree, hidden: bool):
+        """Verification over layers k..L-1 only; the stem outputs of drafted tokens are reused."""
+        missing = tree.tokens[len(self.rows):]  # the last draft when drafting stopped at the limit (never fed)
+        if missing:
+            self.rows.extend(self._stem(missing))
+        h = torch.stack(self.rows)[None]  # (1, N+1, d)
+        past = target.cache.layers[-1].get_seq_length()  # the upper layers' length: the committed context
+        positions = torch.arange(past, past + h.shape[1], device=h.device)[None]  # (1, N+1)
+        mask = causal_mask(h.shape[1], past, h.dtype, h.device)  # (1, 1, N+1, past + N+1)
+        top = run_layers(self.upper, h, positions, mask, self.rotary, target.cache)  # (1, N+1, d)
+        features = target.model.get_decoder().norm(top)[0]  # (N+1, d)
+        target._note_peak()
+        self.reused_layer_tokens += (h.shape[1] - len(missing)) * self.k
+        return target.model.get_output_embeddings()(features), (features if hidden else None)  # (N+1, V)
+
+    def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
+        """Keep the block's entries of the root and accepted drafts; rows it has not read wait for the next round."""
+        keep = 1 + n_accepted
+        if self.fed > keep:
+            kv.drop_last(self.block_cache, self.fed - keep)
+        else:
+            self.unfed += list(self.rows[self.fed:keep])
+        self.rows, self.fed = [], 0
+
+    def summary(self) -> dict:
+        total = self.k + len(self.upper)
+        return {"self_draft": {"kind": "early-exit", "exit_layer": self.k, "target_layers": total, "block_layers": 1,
+                               "reused_layer_tokens": self.reused_layer_tokens}}
+
+    def kv_peak_bytes(self) -> int:
+        return self.peak_bytes
+
+    def close(self) -> None:
+        self.block_cache = DynamicCache(config=self.block.config)
+        self.rows, self.unfed = [], []

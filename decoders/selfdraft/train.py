@@ -1,0 +1,188 @@
+"""Losses, batches and held-out acceptance for the early-exit block and the prophet, on the shared loop.
+
+Both learn the target's own next-token distribution p = softmax(LMHead(f)) (soft labels over the draft
+vocabulary, renormalised there), on positions whose next token lies in an assistant turn:
+
+    L = CE(p, q) = -sum_x p(x) log q(x)
+
+Early exit: q at position m from ExitBlock(h_k[..m]) (teacher forcing is exact here: at decode time the block
+reads the real stem over the real context). Prophet: from a start t, inputs [W f_t, E(x_{t+1}), ..., E(x_{t+γ})],
+output i (1..γ) scored against p at position t+i.
+
+Held-out α(d) = P(depth-d draft equals the target's argmax | depths 1..d-1 did), greedy, on data-token context.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ..training import FitSettings, History, fit
+from .heads import ExitBlock, Prophet
+from .record import Recorded
+from .stem import causal_mask, padded_causal_mask
+
+
+def soft_ce(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Masked mean of -sum p log q. logits (..., N), labels p (..., N), weight (...)."""
+    ce = -(labels * torch.log_softmax(logits.float(), dim=-1)).sum(-1)  # (...)
+    return (ce * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def _labels(model, final: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.softmax(model.vocab(final).float(), dim=-1)  # (..., N): p over the draft vocabulary
+
+
+def chain_alpha(matches: torch.Tensor, usable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """matches (S, D) bool: depth d of chain s matched; usable (S,). -> (chains reaching depth d (D+1,), chains)"""
+    ok = matches[usable].long().cumprod(dim=1)  # (S', D): matched through depth d
+    reached = torch.cat([torch.tensor([ok.shape[0]]), ok.sum(0)])  # (D+1,)
+    return reached, ok.shape[0]
+
+
+def alpha_from(reached: torch.Tensor, chains: int) -> dict:
+    depths = len(reached) - 1
+    alpha = [float(reached[d] / reached[d - 1]) if reached[d - 1] > 0 else 0.0 for d in range(1, depths + 1)]
+    return {"alpha": alpha, "mean_accepted": float(reached[1:].sum() / max(chains, 1)), "chains": chains}
+
+
+# ---------------------------------------------------------------------------------------------- early exit
+
+def _batches(data: list[Recorded], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    order = sorted(range(len(data)), key=lambda i: (len(data[i].ids), rng.random()))
+    groups, current, longest = [], [], 0
+    for i in order:
+        n = len(data[i].ids)
+        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
+            groups.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        groups.append(current)
+    rng.shuffle(groups)
+    return groups
+
+
+def _collate(items: list[Recorded], key, dtype, device):
+    """(inputs (B, n, d), final (B, n, d), weight (B, n), keep (B, n)) with right padding."""
+    longest = max(len(r.ids) for r in items)
+    d = items[0].final.shape[-1]
+    inputs = torch.zeros(len(items), longest, d, dtype=dtype)
+    final = torch.zeros(len(items), longest, d, dtype=dtype)
+    weight = torch.zeros(len(items), longest, dtype=dtype)
+    keep = torch.zeros(len(items), longest, dtype=torch.bool)
+    for row, r in enumerate(items):
+        n = len(r.ids)
+        inputs[row, :n], final[row, :n], keep[row, :n] = key(r).to(dtype), r.final.to(dtype), True
+        weight[row, : n - 1] = r.loss_mask[1:].to(dtype)  # position m predicts token m+1
+    return inputs.to(device), final.to(device), weight.to(device), keep.to(device)
+
+
+def exit_loss(block: ExitBlock, items: list[Recorded]) -> tuple[torch.Tensor, int]:
+    device, dtype = block.norm.weight.device, block.norm.weight.dtype
+    h, final, weight, keep = _collate(items, lambda r: r.stems[block.exit_layer], dtype, device)
+    positions = torch.arange(h.shape[1], device=device).expand(h.shape[0], -1)  # (B, n)
+    logits = block(h, positions, padded_causal_mask(keep, dtype))  # (B, n, N)
+    return soft_ce(logits, _labels(block, final), weight), int(weight.sum())
+
+
+@torch.no_grad()
+def exit_alpha(block: ExitBlock, data: list[Recorded], depths: int = 5) -> dict:
+    was = block.training
+    block.eval()
+    device, dtype = block.norm.weight.device, block.norm.weight.dtype
+    reached, chains = torch.zeros(depths + 1), 0
+    for r in data:
+        n = len(r.ids)
+        if n < depths + 2:
+            continue
+        h = r.stems[block.exit_layer].to(device, dtype)[None]  # (1, n, d)
+        logits = block(h, torch.arange(n, device=device)[None], causal_mask(n, 0, dtype, device))[0]  # (n, N)
+        match = (block.vocab.to_target_ids(logits.argmax(-1)).cpu() == r.greedy)  # (n,): position m predicts m+1
+        valid = torch.zeros(n, dtype=torch.bool)
+        valid[: n - 1] = r.loss_mask[1:]
+        starts = torch.arange(n - depths)  # chains s .. s+depths-1
+        grid = starts[:, None] + torch.arange(depths)[None]  # (S, D)
+        got, count = chain_alpha(match[grid], valid[grid].all(1))
+        reached += got
+        chains += count
+    block.train(was)
+    return alpha_from(reached, chains)
+
+
+def train_exit(block: ExitBlock, train: list[Recorded], heldout: list[Recorded], settings: FitSettings,
+               batch_tokens: int = 2048, depths: int = 5, log=print) -> History:
+    rng = random.Random(settings.seed)
+    groups: list[list[int]] = []
+
+    def step(_):
+        if not groups:
+            groups.extend(_batches(train, batch_tokens, rng))
+        loss, tokens = exit_loss(block, [train[i] for i in groups.pop()])
+        return loss, {"soft CE": loss.item()}, tokens
+
+    block.train()
+    return fit(block.parameters(), step, settings, (lambda: exit_alpha(block, heldout, depths)) if heldout else None,
+               log=log)
+
+
+# ---------------------------------------------------------------------------------------------- prophet
+
+def _starts(data: list[Recorded], gamma: int) -> list[tuple[int, int]]:
+    """(sequence, t) for every start whose γ predicted tokens t+2..t+γ+1 exist, the first one an assistant token."""
+    return [(s, t) for s, r in enumerate(data) for t in range(len(r.ids) - gamma - 1) if bool(r.loss_mask[t + 2])]
+
+
+def _prophet_batch(model: Prophet, data: list[Recorded], picks: list[tuple[int, int]], gamma: int):
+    """inputs (B, γ+1, d), labels' features (B, γ, d), greedy wanted (B, γ), weight (B, γ)."""
+    device, dtype = model.proj.weight.device, model.proj.weight.dtype
+    feats = torch.stack([data[s].final[t] for s, t in picks]).to(device, dtype)  # (B, d): f_t
+    tokens = torch.stack([data[s].ids[t + 1 : t + 1 + gamma] for s, t in picks]).to(device)  # (B, γ): x_{t+1..t+γ}
+    inputs = torch.cat([model.first_input(feats)[:, None], model.embed(tokens)], dim=1)  # (B, γ+1, d)
+    final = torch.stack([data[s].final[t + 1 : t + 1 + gamma] for s, t in picks]).to(device, dtype)  # (B, γ, d)
+    wanted = torch.stack([data[s].greedy[t + 1 : t + 1 + gamma] for s, t in picks])  # (B, γ)
+    weight = torch.stack([data[s].loss_mask[t + 2 : t + 2 + gamma] for s, t in picks]).to(device, dtype)  # (B, γ)
+    return inputs, final, wanted, weight
+
+
+def prophet_forward(model: Prophet, inputs: torch.Tensor) -> torch.Tensor:
+    n = inputs.shape[1]
+    positions = torch.arange(n, device=inputs.device).expand(inputs.shape[0], -1)  # (B, γ+1)
+    return model(inputs, positions, causal_mask(n, 0, inputs.dtype, inputs.device))[:, 1:]  # (B, γ, N)
+
+
+def train_prophet(model: Prophet, train: list[Recorded], heldout: list[Recorded], settings: FitSettings,
+                  gamma: int = 5, batch_tokens: int = 2048, depths: int = 5, log=print) -> History:
+    rng = random.Random(settings.seed)
+    starts = _starts(train, gamma)
+    if not starts:
+        raise ValueError(f"no training sequence is longer than γ + 2 = {gamma + 2} tokens")
+    per_batch = max(1, batch_tokens // (gamma + 1))
+
+    def step(_):
+        picks = [starts[rng.randrange(len(starts))] for _ in range(per_batch)]
+        inputs, final, _, weight = _prophet_batch(model, train, picks, gamma)
+        loss = soft_ce(prophet_forward(model, inputs), _labels(model, final), weight)
+        return loss, {"soft CE": loss.item()}, int(weight.sum())
+
+    model.train()
+    return fit(model.parameters(), step, settings,
+               (lambda: prophet_alpha(model, heldout, depths)) if heldout else None, log=log)
+
+
+@torch.no_grad()
+def prophet_alpha(model: Prophet, data: list[Recorded], depths: int = 5, batch: int = 512) -> dict:
+    was = model.training
+    model.eval()
+    picks = _starts(data, depths)
+    reached, chains = torch.zeros(depths + 1), 0
+    for i in range(0, len(picks), batch):
+        inputs, _, wanted, weight = _prophet_batch(model, data, picks[i : i + batch], depths)
+        guess = model.vocab.to_target_ids(prophet_forward(model, inputs).argmax(-1)).cpu()  # (B, γ)
+        got, count = chain_alpha(guess == wanted, weight.cpu().bool().all(1))
+        reached += got
+        chains += count
+    model.train(was)
+    return alpha_from(reached, chains)

@@ -1,0 +1,55 @@
+"""The Race's t(n) panel: this machine's curve beside the H100's from bench/results, never an invented one."""
+from __future__ import annotations
+
+import json
+
+from app.figures.race import cost_curves_figure, cost_curves_note
+from app.tabs.race import curves, runs
+
+HERE = {"label": "this machine (test CPU)", "model": "smollm2-135m", "dtype": "float32", "ns": [1, 4, 16, 64],
+        "t": [1.0, 1.2, 2.1, 5.0], "measured_at": "2026-11-25"}
+
+
+def test_the_h100_curve_comes_from_the_dated_benchmark_file():
+    stored = json.loads(curves.ELSEWHERE.read_text(encoding="utf-8"))
+    curve = curves.measured_elsewhere()
+    assert curve is not None and "measured elsewhere" in curve["label"] and "H100" in curve["label"]
+    assert curve["measured_at"] == stored["meta"]["date"][:10]
+    expected = stored["runs"]["float32"]["costs"]["target_curve"]["t"]
+    assert dict(zip(curve["ns"], curve["t"])) == {int(n): t for n, t in expected.items()}
+    assert curve["model"] == stored["runs"]["float32"]["models"]["target"]
+
+
+def test_both_curves_are_drawn_and_the_note_quotes_them():
+    elsewhere = curves.measured_elsewhere()
+    fig = cost_curves_figure(HERE, elsewhere)
+    assert [trace.name.split(" · ")[0] for trace in fig.data] == [HERE["label"], elsewhere["label"]]
+    note = cost_curves_note(HERE, elsewhere)
+    h100_16 = elsewhere["t"][elsewhere["ns"].index(16)]
+    assert "costs 2.10 one-token steps" in note and f"they cost {h100_16:.2f}" in note and "measured elsewhere" in note
+
+
+def test_without_a_stored_h100_curve_the_panel_says_so(tmp_path):
+    missing = curves.measured_elsewhere(tmp_path / "nothing.json")
+    assert missing is None
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"meta": {}, "runs": {"float32": {}}}))
+    assert curves.measured_elsewhere(broken) is None
+    fig = cost_curves_figure(HERE, None)
+    assert len(fig.data) == 1
+    assert "no H100 t(n) curve is stored in bench/results" in cost_curves_note(HERE, None)
+
+
+def test_before_this_machine_is_measured_only_the_h100_is_drawn(monkeypatch):
+    monkeypatch.setattr(curves, "this_machine", lambda model, dtype: None)
+    views = runs.cost_views("smollm2-135m", "auto")
+    assert len(views["race_costs"].data) == 1 and "not measured yet" in views["race_costs_note"]
+
+
+def test_the_race_length_help_says_what_runs(monkeypatch):
+    from app.tabs.race.layout import race_tokens_help
+
+    assert f"{runs.WARMUP_TOKENS}-token warm-up" in race_tokens_help() and f"then {runs.TIMED_RUNS} timed runs" in \
+        race_tokens_help()
+    monkeypatch.setattr(runs, "TIMED_RUNS", 5)
+    assert "then 5 timed runs" in race_tokens_help()
