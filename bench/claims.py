@@ -150,8 +150,8 @@ CLAIMS: tuple[Claim, ...] = (
           "SpecLab's DSBD is reconstructed from the official code (the paper's text was not available); on a CPU "
           "every extra forest row and drafted layer costs nearly its full price (t(n) grows with n). The paper's "
           "range is read off speed/quality Pareto fronts, not one setting.", dsbd_over_beam_sampling,
-          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, 128 new tokens (beams-memory.json is the "
-                   "memory mode)")),
+          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, paired with beam sampling at its width on "
+                   "the same problems and seeds (the same file holds the one-input-beam memory mode)")),
     Claim("batched speculative decoding (ragged rows)",
           "Batch Speculative Decoding Done Right, 2025, arXiv:2510.22876, abstract",
           "GPU, 7-9B targets with draft models, batch 8; its grouped variant",
