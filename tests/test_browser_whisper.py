@@ -9,8 +9,7 @@ import pytest
 
 pytest.importorskip("whisper")
 
-from app_server import launched_demo  # noqa: E402
-from chromium import MARKS, persistent_context, shot, sync_api  # noqa: E402
+from chromium import MARKS, new_context, shot  # noqa: E402
 from whisper_helpers import AUDIO, SHORT_CLIPS  # noqa: E402
 
 pytestmark = [pytest.mark.slow, *MARKS]
@@ -18,11 +17,12 @@ ROWS = "document.querySelectorAll('#sw-results tr[data-decoder]').length"
 
 
 @pytest.fixture(scope="module")
-def page():
-    with launched_demo() as url, sync_api().sync_playwright() as pw, persistent_context(pw, 1280, 800) as context:
+def page(browser, demo_url):
+    """The shared demo and Chromium (tests/conftest.py) on a fresh context."""
+    with new_context(browser, 1280, 800) as context:
         page = context.new_page()
         page.set_default_timeout(300_000)
-        page.goto(url)
+        page.goto(demo_url)
         page.get_by_role("tab", name="Whisper").click()
         yield page
 
