@@ -32,20 +32,9 @@ def open_beams(context, url):
 
 @pytest.fixture(scope="module")
 def page(browser, demo_url):
-<<<<<<< Updated upstream
     """The Beams tab at 1280 px on the shared demo and Chromium (tests/conftest.py)."""
     with new_context(browser, 1280, 1000) as context:
         yield open_beams(context, demo_url)
-=======
-    """The shared demo and Chromium (tests/conftest.py) on a fresh context."""
-    with new_context(browser, 1280, 1000) as context:
-        page = context.new_page()
-        page.set_default_timeout(120_000)
-        page.goto(demo_url)
-        wait_for_opening_controls(page)
-        page.get_by_role("tab", name="Beams", exact=True).click()
-        yield page
->>>>>>> Stashed changes
 
 
 def plot(page, elem: str, expression: str):
