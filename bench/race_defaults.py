@@ -1,4 +1,4 @@
-"""Choose the Race tab's default prompt by measurement: each candidate raced exactly as the Race tab races it.
+"""Choose the Race tab's default prompt by measurement (results: bench/results/race-defaults.md): each candidate raced exactly as the Race tab races it.
 
     flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.race_defaults [--tokens 48] [--out FILE.json]
 

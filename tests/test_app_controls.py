@@ -120,12 +120,20 @@ def test_max_confidence_starts_from_the_same_lambda_in_generate_and_race():
     assert start(generate) == start(raced) == 0.4
 
 
-def test_opening_values_are_decode_options_defaults():
-    defaults = DecodeOptions()
-    for field in ("model", "gamma", "max_draft", "ngram", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
-                  "dtype", "chat"):
-        assert opening_value(field) == getattr(defaults, field), field
+def test_opening_values_are_the_opening_recordings_own():
+    """Issue 24: Run on the opening page decoded another length and precision than the recording it showed, so the
+    text parted from the recording after ~25 tokens. Every control now starts on the recording's own options."""
+    from app.tabs.generate.controls import OPENING_TRACE, recorded_options
+    from app.tabs.generate.views import read_trace_file
+    from app.tabs.generate.layout import ASSETS
+
+    stored = read_trace_file(ASSETS / "traces" / OPENING_TRACE).options
+    for field in ("model", "method", "drafter", "gamma", "max_draft", "ngram", "max_new_tokens", "temperature", "top_k",
+                  "top_p", "seed", "dtype", "chat", "tree_k", "tree_depth", "tree_m"):
+        assert getattr(OPENING, field) == stored[field], field
+    assert opening_value("max_new_tokens") == stored["max_new_tokens"] and opening_value("dtype") == stored["dtype"]
     assert opening_value("lam") == (lam_for(OPENING.rule) or lam_for(RESTING_LAM_RULE))
+    assert recorded_options(ASSETS / "traces" / "no-such-file.json").method == "speculative"  # the fallback
 
 
 def test_the_page_opens_with_the_settings_and_prompt_of_the_run_it_shows():
@@ -146,19 +154,21 @@ def test_the_page_shows_the_opening_values():
 
     config = build_demo().get_config_file()
     by_label = {c["props"].get("label"): c["props"] for c in config["components"] if "props" in c}
-    assert by_label["max new tokens"]["value"] == DecodeOptions().max_new_tokens
+    assert by_label["max new tokens"]["value"] == OPENING.max_new_tokens
     assert by_label["initial λ"]["value"] == lam_for(RESTING_LAM_RULE)
     assert by_label["initial λ"]["visible"] is False  # a tree has no draft-length rule, so no λ ...
     assert by_label["γ (draft length)"]["visible"] is False  # ... and no γ: its shape bounds its depth
     assert by_label["K (children per expanded node)"]["visible"] is True
     # Built with every drafter and rule (an API call is checked against the built choices and must reach the
-    # options' own fix-it messages); the page narrows them on load: SmolLM2 has no same-family draft.
+    # options' own fix-it messages); the page narrows them on load to what the opening target can run.
     assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS + TREE_DRAFTERS)
     assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
     narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
-    trees = list(TREE_DRAFTERS) if controls.has_head(OPENING.model) else []  # grown by its EAGLE head, if shipped
+    paired = bool(controls.drafts_for(OPENING.model))  # a same-family draft model (the Qwen pair): its drafter too
+    trees = list(TREE_DRAFTERS) if paired or controls.has_head(OPENING.model) else []
     learned = [d for d in controls.SELF_DRAFTERS if controls.has_self_weights(OPENING.model, d)]  # shipped weights
-    assert narrowed["drafter"]["choices"] == ["prompt-lookup", "layer-skip"] + learned + trees
+    chain = (["draft-model"] if paired else []) + ["prompt-lookup", "layer-skip"]
+    assert narrowed["drafter"]["choices"] == chain + learned + trees and OPENING.drafter in trees
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
 
@@ -222,6 +232,47 @@ def test_tree_controls_map_onto_the_papers_options():
         handlers.options_from({**values, "ddd_checks": "five"})
     with pytest.raises(OptionsError, match="ddd_x"):
         handlers.options_from({**values, "ddd_x": 0.5})
-    assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m", "ddd_x", "ddd_steps", "ddd_width")] == \
-        [10, 6, 59, -0.3, 11, 10]  # EAGLE-2's K, D, M and DDD's x, n, w, as the papers set them
-    assert opening_value("ddd_checks") == "5,7,9" and opening_value("eagle_head") == FROM_HEAD  # SmolLM2's head
+    # The opening recording's K, D, M (a CPU-sized tree on the Qwen pair); DDD's x, n, w, S as the paper sets them.
+    assert [opening_value(n) for n in ("tree_k", "tree_depth", "tree_m")] == [OPENING.tree_k, OPENING.tree_depth,
+                                                                              OPENING.tree_m]
+    assert [opening_value(n) for n in ("ddd_x", "ddd_steps", "ddd_width")] == [-0.3, 11, 10]
+    assert opening_value("ddd_checks") == "5,7,9"
+    assert opening_value("eagle_head") == (FROM_HEAD if OPENING.eagle_head else FROM_DRAFT)
+
+
+def test_the_opening_status_says_what_is_shown_and_what_run_does():
+    from app.tabs.generate.controls import OPENING_TRACE
+    from app.tabs.generate.layout import ASSETS, opening_status
+    from app.tabs.generate.views import read_trace_file
+
+    trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    status = opening_status(trace)
+    assert trace.label in status and trace.options["model"] in status and trace.options["dtype"] in status
+    assert f"{trace.options['max_new_tokens']} new tokens" in status and "press **Run** to decode it live" in status
+
+
+def test_a_run_of_the_opening_prompt_says_whether_it_repeated_the_recording():
+    from dataclasses import replace
+
+    from app.tabs.generate.controls import OPENING_PROMPT, opening_differences
+
+    assert OPENING_PROMPT
+    assert opening_differences(OPENING.to_dict(), OPENING_PROMPT) == []
+    longer = replace(OPENING, max_new_tokens=OPENING.max_new_tokens + 52, dtype="bfloat16").to_dict()
+    assert opening_differences(longer, OPENING_PROMPT) == [
+        "number format float32 → bfloat16", f"max new tokens {OPENING.max_new_tokens} → {OPENING.max_new_tokens + 52}"]
+    assert opening_differences(longer, "another prompt") is None
+
+
+def test_the_finished_status_names_what_differed(monkeypatch):
+    from dataclasses import replace
+
+    from app.tabs.generate.controls import OPENING_TRACE
+    from app.tabs.generate.layout import ASSETS
+    from app.tabs.generate.views import read_trace_file
+
+    trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    assert "the same settings as the recording" in handlers._status(trace)
+    trace.options = replace(OPENING, max_new_tokens=100).to_dict()
+    assert f"differs from the recording the page opened on: max new tokens {OPENING.max_new_tokens} → 100" in \
+        handlers._status(trace)

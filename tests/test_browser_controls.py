@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from app_server import wait_for_opening_controls
-from chromium import MARKS, new_context
+from chromium import MARKS, ROOT, new_context
 
 pytestmark = MARKS
 
@@ -66,15 +66,17 @@ def choose_layer_skip_with_adaedl(page) -> None:
 
 
 def test_the_page_opens_on_an_eagle2_tree_with_its_own_controls(page):
-    from app.tabs.generate.controls import OPENING
+    from app.tabs.generate.controls import OPENING, OPENING_TRACE, opening_value
+    from app.tabs.generate.views import read_trace_file
 
-    assert checked(page, "Drafter") == "eagle2" and checked(page, "Tree grown by") == "auto"  # the EAGLE head
+    assert checked(page, "Drafter") == "eagle2" and checked(page, "Tree grown by") == opening_value("eagle_head")
     assert is_shown(page, "K (children per expanded node)") and is_shown(page, "D (expansion steps, EAGLE-2)")
     assert is_shown(page, "M (draft nodes sent to the target)") and slider_value(page, "M (draft nodes sent to "
                                                                                       "the target)") == OPENING.tree_m
     assert not is_shown(page, "Draft-length rule") and not is_shown(page, "x (DDD: stop threshold)")
-    assert not is_shown(page, "n-gram (prompt lookup)") and not is_shown(page, "Draft model")
-    assert page.input_value("#sl-prompt textarea").startswith("Explain")  # the recorded run's prompt
+    assert not is_shown(page, "n-gram (prompt lookup)")
+    recorded = read_trace_file(ROOT / "assets" / "traces" / OPENING_TRACE)
+    assert page.input_value("#sl-prompt textarea") == recorded.prompt  # the recorded run's prompt
 
 
 def test_ddd_shows_its_own_constants(page):

@@ -103,3 +103,24 @@ def test_the_glossary_opens_by_tap_on_every_tab(page, tab):
     panel = page.get_by_role("tabpanel").filter(has=page.get_by_text("Glossary: τ, α, c, λ, γ, t(n)")).last
     panel.get_by_text("Glossary: τ, α, c, λ, γ, t(n)").last.click()  # a click, not a hover: works on touch
     panel.get_by_text("acceptance rate").last.wait_for(state="visible")
+
+
+def test_every_lesson_is_a_tap_away_on_a_phone():
+    """Issue 24: the lesson list was not clickable and only 2 of 8 lesson tabs showed at 420 px. The picker above the
+    lessons opens each one."""
+    api = sync_api()
+    with launched_demo() as url, api.sync_playwright() as pw, persistent_context(pw, 420, 900) as context:
+        phone = context.new_page()
+        phone.set_default_timeout(60_000)
+        phone.goto(url)
+        wait_for_opening_controls(phone)
+        learn = phone.get_by_role("tab", name="Learn", exact=True)
+        if not learn.is_visible():  # the page's own tabs overflow into a menu on a phone
+            phone.locator(".overflow-menu button, [class*=overflow] button").first.click()
+            learn = phone.locator("button", has_text="Learn").filter(visible=True).last
+        learn.click()
+        picker = phone.locator("#sl-lesson-list")
+        for lesson in teach.LESSONS:
+            picker.get_by_text(lesson.title, exact=True).click()
+            phone.locator("#sl-lessons h3", has_text=lesson.title).filter(visible=True).first.wait_for(state="visible")
+        shot(phone, "learn-picker-420", publish=True, full_page=True)

@@ -59,3 +59,25 @@ def test_stop_reasons_are_words():
     for reason in ("eos", "max_new_tokens", "cancelled", "context", "some_new_reason"):
         assert "_" not in stop_words(reason)
     assert stop_words("max_new_tokens") == STOP_WORDS["max_new_tokens"]
+
+
+def test_the_trees_lesson_opens_on_a_round_where_the_tree_beats_the_chain():
+    """Issue 24: the trees lesson opened on a round that accepted one token. It now opens on a round whose accepted
+    path leaves the draft's top-1 chain and goes deeper than that chain would have."""
+    from app.tabs.generate.views import chain_gain, tree_beats_chain_round
+    from app.tabs.learn import lessons
+
+    lesson = next(lesson for lesson in lessons.LESSONS if lesson.tab == "Trees")
+    trace = lessons.lesson_trace(lesson)
+    index = tree_beats_chain_round(trace)
+    assert index is not None
+    rnd = trace.rounds[index]
+    depth, kept = chain_gain(rnd)
+    assert kept >= 2 and kept > depth - 1  # deeper than the top-1 chain, which stops before `depth`
+    children = {}
+    for node in rnd.nodes:
+        children.setdefault(node.parent, []).append(node)
+    off_chain = next(n for n in rnd.nodes if n.status == "accepted" and n.depth == depth)
+    assert max(children[off_chain.parent], key=lambda m: m.q).id != off_chain.id  # not the draft's first choice
+    title = lessons.lesson_figure(lesson).layout.title.text
+    assert title.startswith(f"Round {index + 1}/")

@@ -53,3 +53,20 @@ def test_the_race_length_help_says_what_runs(monkeypatch):
         race_tokens_help()
     monkeypatch.setattr(runs, "TIMED_RUNS", 5)
     assert "then 5 timed runs" in race_tokens_help()
+
+
+def test_the_default_race_prompt_is_the_measured_winner():
+    """Issue 24: the default race showed no win (free text gives prompt lookup nothing to copy). The default is the
+    candidate bench/race_defaults.py measured best, and its measurement is stored."""
+    import json
+
+    from app.shared.paths import ROOT
+    from bench.race_defaults import CANDIDATES
+
+    measured = json.loads((ROOT / "bench" / "results" / "race-defaults.json").read_text(encoding="utf-8"))
+    name = next(n for n, text in CANDIDATES.items() if text == runs.DEFAULT_PROMPT)
+    rows = measured["prompts"][name]
+    assert measured["methods"] == runs.DEFAULT_METHODS and runs.DEFAULT_MODEL == "smollm2-135m"
+    assert all(row["identical"] for row in rows) and all(row["speedup"] > 1.05 for row in rows[1:])
+    best = {n: min(r["speedup"] for r in rs[1:]) for n, rs in measured["prompts"].items()}
+    assert best[name] == max(best.values())

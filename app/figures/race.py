@@ -220,12 +220,13 @@ def cost_curves_figure(here: dict | None, elsewhere: dict | None, height: int = 
     for curve, color, dash in curves:
         fig.add_trace(go.Scatter(
             x=curve["ns"], y=curve["t"], mode="lines+markers", line=dict(color=color, dash=dash),
-            name=f"{curve['label']} · {curve['model']} {curve['dtype']}",
+            name=curve["label"],
             hovertemplate=f"{html.escape(curve['label'])}<br>verifying %{{x}} tokens in one forward costs %{{y:.2f}}× "
                           f"one token (t(n)/t(1), {curve['model']} {curve['dtype']}, measured "
                           f"{curve['measured_at']})<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
-    title = wrap_title("Verification cost t(n)/t(1) · n tokens in one target forward")
+    models = sorted({f"{c['model']} {c['dtype']}" for c, _, _ in curves})
+    title = wrap_title(f"Verification cost t(n)/t(1) · {' vs '.join(models)}")
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=height, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=title_margin(title), b=10), legend=dict(orientation="h", y=-0.3, x=0),
                       xaxis=dict(title="n (tokens verified at once)", gridcolor="#eee", type="log",

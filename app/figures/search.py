@@ -230,7 +230,7 @@ def run_figure(trace: Trace, index: int | None = None, height: int = 420) -> go.
                      gridcolor="#eee")
     fig.update_yaxes(title_text="accepted", range=[-0.1, 1.05], tickvals=[0, 0.5, 1], tickformat=".0%",
                      gridcolor="#eee", zeroline=False, row=1, col=1)
-    fig.update_xaxes(title_text="drafts accepted in a round (outlined: the shown round)", dtick=1, row=2, col=1)
+    fig.update_xaxes(title_text="drafts accepted (outlined: this round)", dtick=1, row=2, col=1)
     fig.update_yaxes(title_text="rounds", gridcolor="#eee", rangemode="tozero", row=2, col=1)
     fig.update_layout(height=height, plot_bgcolor="white", showlegend=False, margin=dict(l=10, r=10, t=40, b=10))
     fig.update_annotations(font_size=13)

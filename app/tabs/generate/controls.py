@@ -8,7 +8,9 @@ gradio): layout.py turns the states into gr.update.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import fields, replace
+from pathlib import Path
 
 from decoders.options import DecodeOptions, fields_in_use, initial_lam, rules_for
 from decoders import registry
@@ -18,10 +20,47 @@ DEFAULT_DRAFT = "(registry pairing)"  # the draft-model dropdown's "use the regi
 # What a tree grows from (the eagle_head control): the draft model (eagle_head None) or the target's EAGLE head.
 FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
 TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
-# The page opens on a tree (what visitors come to see): EAGLE-2 with the papers' K, D, M, grown by SmolLM2's shipped
-# EAGLE head, the settings of the recorded run it shows (app/tabs/generate/views.py OPENING_TRACE), so Run repeats it live. Every
-# other starting value is DecodeOptions' default.
-OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
+# The recorded run the page opens on (assets/traces; its README says how it was made), and the controls' starting
+# values: that run's own options, every one of them (length and precision included), so Run repeats it live.
+OPENING_TRACE = "eagle2-qwen-code.json"
+FALLBACK_OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
+
+
+def recorded_prompt(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["prompt"])
+    except Exception:  # no such file: no recorded prompt to compare a run with
+        return ""
+
+
+def recorded_options(path: Path) -> DecodeOptions:
+    """The DecodeOptions a recorded trace was made with (the fallback when the file is missing or unreadable)."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))["options"]
+        known = {f.name for f in fields(DecodeOptions)}
+        return replace(DecodeOptions.from_dict({k: v for k, v in stored.items() if k in known}), record=True,
+                       device="auto").validate()
+    except Exception:  # no such file, or options this version no longer accepts: open on the defaults' tree
+        return FALLBACK_OPENING
+
+
+OPENING_PATH = Path(__file__).resolve().parents[3] / "assets" / "traces" / OPENING_TRACE
+OPENING = recorded_options(OPENING_PATH)
+OPENING_PROMPT = recorded_prompt(OPENING_PATH)
+# What a person notices when a live run does not repeat the recording: these settings, by their control labels.
+COMPARED = {"model": "target model", "dtype": "number format", "method": "method", "drafter": "drafter",
+            "draft_model": "draft model", "eagle_head": "tree source", "max_new_tokens": "max new tokens",
+            "temperature": "temperature", "tree_k": "K", "tree_depth": "D", "tree_m": "M", "chat": "chat template"}
+
+
+def opening_differences(options: dict, prompt: str) -> list[str] | None:
+    """For a run of the opening recording's prompt: the settings that differ from the recording's, as
+    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare)."""
+    if not OPENING_PROMPT or prompt != OPENING_PROMPT:
+        return None
+    recorded = OPENING.to_dict()
+    return [f"{label} {recorded.get(name)} → {options.get(name)}" for name, label in COMPARED.items()
+            if name in options and options.get(name) != recorded.get(name)]
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
@@ -150,8 +189,9 @@ def opening_value(name: str):
 
 
 def example_options(example: dict) -> DecodeOptions:
-    """An example's full settings: its suggestions (DecodeOptions fields) over the page's opening values."""
-    return replace(OPENING, **example.get("suggest", {}))
+    """An example's full settings: its suggestions (DecodeOptions fields) over the defaults' tree on SmolLM2 (not over
+    the opening recording's, whose Qwen pair would make every example without a model of its own a slow one)."""
+    return replace(FALLBACK_OPENING, **example.get("suggest", {}))
 
 
 def example_row(example: dict) -> list:

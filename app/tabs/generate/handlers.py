@@ -13,7 +13,7 @@ import gradio as gr
 from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
-from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD
+from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD, opening_differences
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
@@ -242,7 +242,17 @@ def _status(trace: Trace) -> str:
                 "its caches.")
     done = stop_words(trace.stop_reason) if trace.stop_reason else None
     return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype})" + \
-        (f" · {done}" if done else "…")
+        (f" · {done}{_versus_opening(trace)}" if done else "…")
+
+
+def _versus_opening(trace: Trace) -> str:
+    """Whether a finished run of the opening prompt repeated the recording the page opened on, or what differed."""
+    differs = opening_differences(trace.options or {}, trace.prompt)
+    if differs is None:
+        return ""
+    if not differs:
+        return " · the same settings as the recording the page opened on"
+    return " · differs from the recording the page opened on: " + ", ".join(differs)
 
 
 def _error(message: str, err: BaseException | None = None, unexpected: bool = False) -> dict:

@@ -47,6 +47,22 @@ def example_prompts() -> list[dict]:
         return []
 
 
+RECORDED_LABEL = "Recorded runs"
+
+
+def opening_status(trace) -> str:
+    """What the opening view is and what Run will do: the recording's settings are the controls' (controls.OPENING),
+    so Run repeats it live; say so, with the settings that make a run slow or different."""
+    options = trace.options or {}
+    target = (trace.models or {}).get("target") or {}
+    draft = (trace.models or {}).get("draft") or {}
+    who = target.get("name", options.get("model", "?")) + (f" + draft {draft['name']}" if draft.get("name") else "")
+    return (f"Showing a recorded run: {trace.label} on {who}, {options.get('dtype', '?')}, "
+            f"{options.get('max_new_tokens', '?')} new tokens, recorded on this project's 2-core CPU. The controls hold "
+            "its settings: press **Run** to decode it live (the same tokens in greedy decoding; your machine's "
+            "timings).")
+
+
 def _prompt_controls(opening_prompt: str) -> dict:
     """The prompt and Run / Stop: the top of the page, followed by the result on a narrow screen."""
     c = {}
@@ -214,7 +230,7 @@ def build(demo: gr.Blocks) -> dict:
     initial, first_trace = {}, None
     if first is not None:
         first_trace = read_trace_file(first)
-        initial = full_views(first_trace, status="Showing a recorded run: press Run to decode live.")
+        initial = full_views(first_trace, status=opening_status(first_trace))
     with gr.Row(elem_id="sl-main"):  # a grid: prompt and Run, the result, the options (theme.PAGE_CSS)
         with gr.Column(scale=1, min_width=320, elem_id="sl-run-col"):
             c = _prompt_controls(_opening_prompt(first_trace))
@@ -226,8 +242,9 @@ def build(demo: gr.Blocks) -> dict:
             c.update(_controls())
             with gr.Accordion("Traces: recorded, upload, download", open=True):
                 c["recorded"] = gr.Dropdown(list(recorded), value=opening,
-                                            label="Recorded runs", elem_id="sl-recorded",
-                                            info="Made with the real smollm2-135m; replayed without a model.")
+                                            label=RECORDED_LABEL, elem_id="sl-recorded",
+                                            info="Made with the real models on this project's 2-core CPU; replayed "
+                                                 "without a model. Each run's settings are in its file.")
                 c["upload"] = gr.File(label="Load a trace JSON (max 20 MB)", file_types=[".json"],
                                       type="filepath", elem_id="sl-upload")
                 download = gr.DownloadButton("Download this trace (JSON)", value=str(first) if first else None,
@@ -267,6 +284,11 @@ def build(demo: gr.Blocks) -> dict:
     # concurrency_id "decode", limit 1: one generation at a time (app/shared/decode_slot.py says why).
     c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
                        concurrency_id="decode", api_name="run", validator=admit_fn)
+    # The box names what is shown: once a live run replaces the recording, it no longer names the recording.
+    c["run_btn"].click(lambda: gr.update(value=None, label=f"{RECORDED_LABEL} (now showing your live run)"), None,
+                       c["recorded"], queue=False, show_progress="hidden", api_name=False)
+    c["upload"].upload(lambda: gr.update(value=None, label=f"{RECORDED_LABEL} (now showing your uploaded file)"),
+                       None, c["recorded"], queue=False, show_progress="hidden", api_name=False)
     # The one cancel path is the session (app/shared/session.py): no `cancels=[run]`, which the page never sends in
     # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
     c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
@@ -287,6 +309,8 @@ def build(demo: gr.Blocks) -> dict:
     c["upload"].upload(lambda p: to_tuple(handlers.load_trace(p)), [c["upload"]], out_list, api_name="load_trace")
     c["recorded"].input(lambda name: to_tuple(handlers.load_trace(recorded.get(name), "recorded")),
                         [c["recorded"]], out_list, api_name="load_recorded")
+    c["recorded"].input(lambda: gr.update(label=RECORDED_LABEL), None, c["recorded"], queue=False,
+                        show_progress="hidden", api_name=False)
     _wire_dependent_controls(c, demo)
     return c
 

@@ -19,8 +19,7 @@ from app.figures.tree import tree_figure
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
            "download", "legend", "self_draft")
 ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
-# The recorded run the page opens on: an EAGLE-2 tree grown by SmolLM2's EAGLE head (controls.OPENING's settings).
-OPENING_TRACE = "eagle2-head-chat.json"
+from app.tabs.generate.controls import OPENING_TRACE  # noqa: E402  the recorded run the page opens on (controls.py)
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 
@@ -43,7 +42,10 @@ def round_views(trace: Trace, index: int | None) -> dict:
 def shown_round(trace: Trace) -> int:
     """The round a trace is shown on (0-based), for every view and the slider alike: the latest while running,
     an interesting one once finished."""
-    return interesting_round(trace) if trace.stop_reason else max(len(trace.rounds) - 1, 0)
+    if not trace.stop_reason:
+        return max(len(trace.rounds) - 1, 0)
+    beats = tree_beats_chain_round(trace) if is_tree_trace(trace) else None  # a tree opens where it beats a chain
+    return interesting_round(trace) if beats is None else beats
 
 
 def interesting_round(trace: Trace) -> int:
@@ -56,6 +58,38 @@ def interesting_round(trace: Trace) -> int:
             return hit
     best = max(rounds, key=lambda r: r.n_accepted, default=None)
     return best.index if best is not None and best.n_accepted else max(len(rounds) - 1, 0)
+
+
+def chain_gain(rnd) -> tuple[int, int] | None:
+    """(depth where the accepted path leaves the draft's top-1 chain, tokens it accepted) for a tree round whose
+    accepted path takes a draft's second-or-later choice somewhere; None when it never leaves the top-1 chain.
+
+    A chain of the draft's top choices, grown with the same draft forwards, would have been rejected at that depth:
+    it keeps depth − 1 tokens where the tree kept all of its accepted path."""
+    children: dict[int, list] = {}
+    for node in rnd.nodes:
+        children.setdefault(node.parent, []).append(node)
+    accepted = sorted((n for n in rnd.nodes if n.status == "accepted"), key=lambda n: n.depth)
+    for node in accepted:
+        top = max(children.get(node.parent, [node]), key=lambda m: m.q or 0.0)
+        if top.id != node.id:
+            return node.depth, len(accepted)
+    return None
+
+
+def tree_beats_chain_round(trace: Trace) -> int | None:
+    """The round that shows best why a tree beats a chain: its accepted path leaves the draft's top-1 chain and goes
+    furthest beyond where that chain would have stopped (ties: the longer accepted path, then the earlier round)."""
+    best = None
+    for rnd in trace.rounds:
+        found = chain_gain(rnd)
+        if found is None:
+            continue
+        depth, kept = found
+        key = (kept - (depth - 1), kept, -rnd.index)
+        if best is None or key > best[0]:
+            best = (key, rnd.index)
+    return best[1] if best is not None and best[0][1] >= 2 else None  # not a round that kept a single token
 
 
 def full_views(trace: Trace, index: int | None = None, status: str = "", with_stats_plot: bool = True) -> dict:

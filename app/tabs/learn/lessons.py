@@ -23,9 +23,10 @@ from app.figures.whisper import beam_figure, results_html
 from app.figures.forest import forest_figure
 from app.figures.rule import positions_figure
 from app.figures.search import growth_figure
+from app.figures.self_draft import exit_figure
 from app.figures.tree import empty_figure, tree_figure
 from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
-from app.tabs.generate.views import interesting_round, read_trace_file
+from app.tabs.generate.views import interesting_round, read_trace_file, tree_beats_chain_round
 from app.shared.paths import ASSETS
 
 TRACES = ASSETS / "traces"
@@ -59,7 +60,10 @@ def speedup_figure(_trace: Trace | None = None, height: int = 340) -> go.Figure:
 
 
 def _round_tree(trace: Trace) -> go.Figure:
-    return tree_figure(trace, interesting_round(trace))
+    """A chain's lesson opens on its interesting round; a tree's on the round that shows why a tree beats a chain
+    (views.tree_beats_chain_round), where there is one."""
+    shown = tree_beats_chain_round(trace) if any(r.search for r in trace.rounds) else None
+    return tree_figure(trace, interesting_round(trace) if shown is None else shown)
 
 
 def _round_positions(trace: Trace) -> go.Figure:
@@ -88,8 +92,12 @@ def _whisper_search(recorded: WhisperSet) -> go.Figure:
     return beam_figure(shown, None, first if shown is not first else None)
 
 
+def _self_draft(trace: Trace) -> go.Figure:
+    return exit_figure(trace) or empty_figure("This trace was not drafted by early exit or a prophet.")
+
+
 FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure,
-           "growth": _growth, "forest": _forest, "whisper": _whisper_search}
+           "growth": _growth, "forest": _forest, "whisper": _whisper_search, "self_draft": _self_draft}
 
 LESSONS: list[Lesson] = [
     Lesson("1. One token per forward", "Baseline",
@@ -119,10 +127,16 @@ LESSONS: list[Lesson] = [
            "leaves with their K likeliest next tokens and scores every candidate by its **value**, the product of "
            "the draft's probabilities along its path (darker = higher). The M most valuable candidates go to the "
            "target in ONE forward pass with a tree-shaped attention mask; the grey *+n* marks fold the candidates "
-           "that were grown but not sent. The target keeps the longest branch it agrees with. Here the tree is "
-           "grown by an **EAGLE head**, one small layer that drafts from the target's own hidden features. "
-           "**DDD** grows the same tree but stops early when the frontier's total confidence H falls below x: "
-           "pick *ddd* and watch the panel beside the tree.", "tree", "eagle2-head-chat.json"),
+           "that were grown but not sent. The target keeps the longest branch it agrees with. The round shown is "
+           "one where that branch (green) leaves the draft's first choice: a chain of first choices, grown with the "
+           "same draft forwards, would have been rejected there, while the tree goes on deeper. Here the tree is "
+           "grown by the **draft model** of the Qwen2.5-Coder pair (0.5B for 1.5B) on a code prompt. **Why a head "
+           "must be trained**: the recorded *EAGLE-head tree* run (Generate tab, Recorded runs) grows the same kind "
+           "of tree from SmolLM2's EAGLE head, one small layer trained here for 35 minutes on a CPU; it accepts "
+           "about 40% at depth 1 where published heads reach 70–80%, so only 1% of its drafts survived (τ 1.85) "
+           "and its trees cost more than they gained. **DDD** grows the same tree but stops early when the "
+           "frontier's total confidence H falls below x: pick *ddd* and watch the panel beside the tree.",
+           "tree", "eagle2-qwen-code.json"),
     Lesson("6. Beams and forests", "Beams",
            "**Beam search** keeps several sequences (beams) alive and extends each with its best next tokens; "
            "**beam sampling** draws them instead. **DSBD** makes beam sampling fast: the small model drafts a "
@@ -147,6 +161,17 @@ LESSONS: list[Lesson] = [
            "t(γ+1) = t(1): nearly true on a GPU, false on a small CPU, where t(n) grows with n. The Race tab "
            "and the Claims tab show the measured numbers next to this prediction.",
            "speedup", "lookup-code-edit.json"),
+    Lesson("9. Drafting from inside the target: early exit, prophet, EAGLE head", "Self-drafting",
+           "A drafter need not be a second model: the target can draft for itself. **Early exit** runs only the "
+           "target's first k layers, then one small trained block and the target's own LM head. Those first k "
+           "layers are **shared**: the draft already wrote their cache and outputs for every drafted token, so "
+           "verification runs only layers k+1..L (blue: shared; grey: verification only; orange: the trained "
+           "block). A **prophet** is a small trained decoder fed the target's last hidden state; it then drafts "
+           "on its own, cheaply but with no context of its own. An **EAGLE head** (lesson 5) sits between them: "
+           "one trained layer that reads the target's hidden features at every position. All three are trained on "
+           "the target's own outputs (`python -m decoders.selfdraft train`), and all three stay exact: the target "
+           "verifies every token. bench/results/self-drafters-smollm2-135m.md compares them.",
+           "self_draft", "early-exit-chat.json"),
 ]
 
 

@@ -24,7 +24,9 @@ def this_machine(model: str, dtype: str = "float32") -> dict | None:
         curve = None
     if curve is None:
         return None
-    return {"label": f"this machine ({curve.machine.split(', PyTorch')[0]}; {curve.kernels} kernels)",
+    parts = curve.machine.split(", ")  # "AMD EPYC, 2 cores, 2 threads, PyTorch 2.13.0+cpu": short for a legend
+    threads = next((part for part in parts if part.endswith("threads")), "")
+    return {"label": f"this machine ({parts[0]}{', ' + threads if threads else ''})", "kernels": curve.kernels,
             "model": curve.model, "dtype": curve.dtype, "ns": list(curve.ns),
             "t": [curve.raw_chain.get(n, curve.chain[n]) for n in curve.ns], "measured_at": curve.measured_at[:10]}
 
@@ -38,7 +40,7 @@ def measured_elsewhere(path: Path = ELSEWHERE, dtype: str = "float32") -> dict |
         points = sorted((int(n), float(t)) for n, t in curve["t"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    machine = str(meta.get("machine", "")).split(", ")[-1] or "GPU"
+    machine = (str(meta.get("machine", "")).split(", ")[-1] or "GPU").replace("NVIDIA ", "").split(" ")[0]
     return {"label": f"{machine}, measured elsewhere ({str(meta.get('date', ''))[:10]})", "model": _model(data, dtype),
             "dtype": dtype, "ns": [n for n, _ in points], "t": [t for _, t in points],
             "measured_at": str(meta.get("date", ""))[:10], "source": str(path.relative_to(ROOT))

@@ -66,11 +66,11 @@ PRESETS = {
     "DSBD · width 4 (temperature > 0)": dict(method="dsbd", width=4, gamma=4),
 }
 DEFAULT_METHODS = ["prompt lookup · cost-aware length", "prompt lookup · static γ=4"]
-# The default race, chosen by measurement (bench/race_defaults.py; the numbers are in bench/results/race-defaults.md):
-# a code edit, where prompt lookup has the unchanged lines to copy, on the model that races in about a minute here.
+# The default race, chosen by measurement (bench/race_defaults.py; bench/results/race-defaults.md): a copy task, where
+# prompt lookup finds most of the answer in the prompt (both lookup presets ~2.5x, 58-62% accepted, identical output
+# on this CPU), on the model that races in about a minute here. The code edit won less clearly on SmolLM2 (tau 1.82).
 DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_PROMPT = ("Rewrite this code with the variable `x` renamed to `total`, and change nothing else:\n\n"
-                  "def add_all(values):\n    x = 0\n    for v in values:\n        x = x + v\n    return x\n")
+DEFAULT_PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape."
 
 
 def race_options(values: dict) -> list[DecodeOptions]:
