@@ -304,7 +304,7 @@ def candidates_html(trace: BeamTrace | None) -> str:
                    f'<td title="{logp_tip}">{"—" if c.get("logp") is None else sig(c["logp"])}</td>'
                    f"<td>{len(c['tokens'])}</td></tr>"
                    for rank, c in enumerate(trace.candidates, start=1))
-    return (f'<div id="bm-candidates"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
+    return (f'<div id="bm-candidates" style="overflow-x: auto"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
             f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
             f'<th title="{logp_tip}" {TIP}>log p (target)</th><th>tokens</th></tr>{rows}</table></div>')
 
