@@ -276,12 +276,17 @@ def dsbd_over_beam_sampling(results: Results) -> list[Measurement]:
                   and p.get("arm") == "dsbd" and p.get("against") == beam["key"] and p.get("median")]
         value = paired[0]["median"] if paired else dsbd["tokens_per_second"] / beam["tokens_per_second"]
         how = f"median of {paired[0]['n']} runs paired by problem and seed" if paired else "total tokens/s ratio"
+        few = bool(paired) and paired[0]["n"] < 3  # one or two pairs say nothing about speed on a shared machine
+        if few:
+            how += " (too few to read a speed from: rerun with more problems or --repeats)"
         spec = arms.get("speculative") or {}
         kv = f"; peak KV {dsbd['peak_kv_bytes'] / spec['peak_kv_bytes']:.1f}× speculative sampling's" \
             if spec.get("peak_kv_bytes") else ""
         meta = data.get("meta") or {}
         out.append(Measurement(
-            "dsbd", value, f"DSBD {value:.2f}× beam sampling's tokens/s at width {dsbd['width']}",
+            "dsbd", value, f"DSBD {value:.2f}× beam sampling's tokens/s at width {dsbd['width']}"
+            + (f" ({paired[0]['n']} paired run{'s' if paired[0]['n'] > 1 else ''}: not yet a speed result)" if few
+               else ""),
             f"{how}; HumanEval first {data.get('problems')} problems, {data.get('max_new_tokens')} new tokens, T = 1; "
             f"mean log p {dsbd['mean_logprob']:.2f} vs {beam['mean_logprob']:.2f}, pass@1 {dsbd['pass_at_1']:.2f} vs "
             f"{beam['pass_at_1']:.2f}{kv}", f"{data.get('target')} + {data.get('draft')} draft, "

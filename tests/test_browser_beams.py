@@ -3,10 +3,12 @@ defaults (SmolLM2, which drafts for itself: it has no paired draft) draws its fo
 thres line) and its beam scores, and scrubbing redraws an earlier iteration. At 420 px the D[W] and score panels
 stack. Screenshots of the whole tab at 1280 and 420 px go to docs/screenshots/ (SPECLAB_UPDATE_SCREENSHOTS=1).
 
-Why not the Qwen pair here: the same run on the Qwen2.5-Coder pair passes in the browser, but the test process then
-aborts at exit ("terminate called without an active exception", rc 134) when the pair was loaded inside the Gradio
-server's worker thread; not root-caused yet (the same DSBD run outside the server exits cleanly). The published
-screenshots docs/screenshots/beams-forest-midrun.png and beams-width-panel.png were taken from that Qwen run."""
+Why not the Qwen pair here: it is slow on a 2-core CPU, and an earlier session saw this test's process abort at
+exit ("terminate called without an active exception", rc 134) after a Qwen DSBD run inside the server. On
+2026-11-25 the same run through the server's API (gradio_client, 8 tokens, then close and exit) exited with rc 0
+on both the old and the current code, so the abort was not reproduced; tests/test_beams_tab.py keeps a subprocess
+check that a DSBD run in the server path exits with rc 0. The published screenshots
+docs/screenshots/beams-forest-midrun.png and beams-width-panel.png were taken from a Qwen run."""
 from __future__ import annotations
 
 import pytest
