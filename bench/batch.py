@@ -44,7 +44,7 @@ def methods_for(has_draft: bool) -> dict[str, DecodeOptions]:
     drafter = {"draft-model": replace(base, method="speculative", drafter="draft-model", gamma=4)} if has_draft else \
         {"layer-skip": replace(base, method="speculative", drafter="layer-skip", gamma=2)}
     return {"baseline": replace(base, method="baseline"),
-            "prompt-lookup": replace(base, method="speculative", drafter="prompt-lookup", gamma=6), **drafter}
+            "prompt-lookup": replace(base, method="speculative", drafter="prompt-lookup", gamma=5), **drafter}
 
 
 def set_prompts(kind: str, encode, max_batch: int) -> list[dict]:
@@ -116,7 +116,7 @@ def try_hf_assisted(target, draft, prompts: list[dict], max_new_tokens: int) -> 
     for r, p in enumerate(prompts):
         ids[r, width - len(p["ids"]):] = torch.tensor(p["ids"])
         mask[r, width - len(p["ids"]):] = 1
-    extra = {"assistant_model": draft.model} if draft is not None else {"prompt_lookup_num_tokens": 6}
+    extra = {"assistant_model": draft.model} if draft is not None else {"prompt_lookup_num_tokens": 5}
     try:
         target.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=min(max_new_tokens, 4),
                               do_sample=False, eos_token_id=eos or None, pad_token_id=pad, temperature=None,
@@ -208,7 +208,8 @@ def _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, 
     result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32", "batches": batches,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}",
-                           "command": " ".join(["python -m bench.batch", *(argv if argv is not None else sys.argv[1:])]),
+                           "command": " ".join(["python -m bench.batch",
+                                                *(argv if argv is not None else sys.argv[1:])]),
                            "minutes": (time.monotonic() - began) / 60,
                            "methods": {k: o.to_dict() for k, o in methods.items()}},
               "t_grid": grid, "rows": rows, "peers": peers,

@@ -276,12 +276,17 @@ def dsbd_over_beam_sampling(results: Results) -> list[Measurement]:
                   and p.get("arm") == "dsbd" and p.get("against") == beam["key"] and p.get("median")]
         value = paired[0]["median"] if paired else dsbd["tokens_per_second"] / beam["tokens_per_second"]
         how = f"median of {paired[0]['n']} runs paired by problem and seed" if paired else "total tokens/s ratio"
+        few = bool(paired) and paired[0]["n"] < 3  # one or two pairs say nothing about speed on a shared machine
+        if few:
+            how += " (too few to read a speed from: rerun with more problems or --repeats)"
         spec = arms.get("speculative") or {}
         kv = f"; peak KV {dsbd['peak_kv_bytes'] / spec['peak_kv_bytes']:.1f}× speculative sampling's" \
             if spec.get("peak_kv_bytes") else ""
         meta = data.get("meta") or {}
         out.append(Measurement(
-            "dsbd", value, f"DSBD {value:.2f}× beam sampling's tokens/s at width {dsbd['width']}",
+            "dsbd", value, f"DSBD {value:.2f}× beam sampling's tokens/s at width {dsbd['width']}"
+            + (f" ({paired[0]['n']} paired run{'s' if paired[0]['n'] > 1 else ''}: not yet a speed result)" if few
+               else ""),
             f"{how}; HumanEval first {data.get('problems')} problems, {data.get('max_new_tokens')} new tokens, T = 1; "
             f"mean log p {dsbd['mean_logprob']:.2f} vs {beam['mean_logprob']:.2f}, pass@1 {dsbd['pass_at_1']:.2f} vs "
             f"{beam['pass_at_1']:.2f}{kv}", f"{data.get('target')} + {data.get('draft')} draft, "
@@ -293,3 +298,34 @@ def dsbd_over_beam_sampling(results: Results) -> list[Measurement]:
 def either(*measures: Callable[[Results], list[Measurement]]) -> Callable[[Results], list[Measurement]]:
     """Every measurement any of `measures` finds (a method measured by more than one benchmark)."""
     return lambda results: [m for measure in measures for m in measure(results)]
+
+
+def batch_over_batch_1(results: Results) -> list[Measurement]:
+    """bench.batch's files (batch-<target>.json): batched speculative decoding's total tokens/s at the largest B over
+    the same method at B = 1, one measurement per (method, prompt set), with per-row equivalence and realignment."""
+    out = []
+    for stem, data in sorted(results.items()):
+        if not stem.startswith("batch-"):
+            continue
+        settings = data.get("settings") or {}
+        rows = [r for r in data.get("rows") or [] if r.get("method") != "baseline"]
+        for key in dict.fromkeys((r["method"], r["set"]) for r in rows):
+            mine = sorted((r for r in rows if (r["method"], r["set"]) == key), key=lambda r: r["batch"])
+            top = mine[-1]
+            if top.get("over_batch_1") is None:
+                continue
+            every = [r for r in data.get("rows") or [] if r.get("set") == key[1]]
+            same = sum(r["equivalence"]["same"] + r["equivalence"]["rounding"] for r in every)
+            total = sum(sum(r["equivalence"].values()) for r in every)
+            base = top.get("over_batched_baseline")
+            out.append(Measurement(
+                f"{key[0]}/{key[1]}", top["over_batch_1"],
+                f"{top['over_batch_1']:.2f}× its batch-1 tokens/s at B = {top['batch']}",
+                f"batched speculative · {key[0]} on {key[1]} prompts; {base:.2f}× the batched baseline at B = "
+                f"{top['batch']}; realignment {100 * (top.get('realign_share') or 0):.1f}% of decode time; rows equal "
+                f"to the row decoded alone {same}/{total} (rounding counted as equal)",
+                f"{settings.get('target')}" + (f" + {settings['draft']} draft" if settings.get("draft") and
+                                                key[0] == "draft-model" else "") + f", {settings.get('dtype')}",
+                f"{settings.get('machine', 'unknown machine')}, {settings.get('threads')} threads",
+                repo_command(settings.get("command"), "python -m bench.batch"), f"{stem}.json"))
+    return out

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .claim_measures import (RESULTS, Figure, Measurement, Results, adaedl_over_static, dsbd_over_beam_sampling,
+from .claim_measures import (RESULTS, Figure, Measurement, Results, adaedl_over_static, batch_over_batch_1,
+                             dsbd_over_beam_sampling,
                              either, leviathan_per_kind, load_results, method_is, method_mentions, ratio,
                              speedup_over_kinds, tree_speedup, whisper_wer_delta)
 from .claims_view import markdown
@@ -76,6 +77,10 @@ _PAIR = ("the Qwen 1.5B + 0.5B pair's full run: 5 prompts of each kind × 3 repe
          "format), settings tuned on separate prompts, paired with HF's methods on the same kernels")
 _HEAD = ("the paper's method: an EAGLE head grows the tree (the Qwen run in the history grows it with a draft "
          "model instead)")
+
+BATCH_HEADLINE = Headline("batch-smollm2-135m", "prompt-lookup/code-editing",
+                          "the run that fits this machine's budget (SmolLM2, B 1-8, greedy float32); prompt lookup on "
+                          "code editing is the setting the issue's B = 4 target names")
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("speculative sampling (theory)", "Leviathan et al., ICML 2023, arXiv:2211.17192, Thm 3.8 (§3.2, eq. 1)",
@@ -145,8 +150,23 @@ CLAIMS: tuple[Claim, ...] = (
           "SpecLab's DSBD is reconstructed from the official code (the paper's text was not available); on a CPU "
           "every extra forest row and drafted layer costs nearly its full price (t(n) grows with n). The paper's "
           "range is read off speed/quality Pareto fronts, not one setting.", dsbd_over_beam_sampling,
-          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, 128 new tokens (beams-memory.json is the "
-                   "memory mode)")),
+          Headline("beams", "dsbd", "DSBD's normal mode on the Qwen pair, paired with beam sampling at its width on "
+                   "the same problems and seeds (the same file holds the one-input-beam memory mode)")),
+    Claim("batched speculative decoding (ragged rows)",
+          "Batch Speculative Decoding Done Right, 2025, arXiv:2510.22876, abstract",
+          "GPU, 7-9B targets with draft models, batch 8; its grouped variant",
+          "up to 3× batch-1 throughput at batch 8, at 95% output equivalence; realignment up to 40% of time",
+          Figure(3.0, "3×"),
+          "Here batching amortizes per-call overhead, but every row scores γ+1 slots a round (padding included), "
+          "and on this CPU that work is paid in full.",
+          "Measured t(n·B) on SmolLM2 (1 thread, bench/results/batch-smollm2-135m.md): 8 rows of 1 token cost about "
+          "one row's forward (the call is overhead-bound), but 8 rows of 5 tokens cost 2.3×, so the baseline gains "
+          "most from batching (3.3× its batch-1 tokens/s at B = 8) and speculative rounds, which score γ+1 slots in "
+          "every row whether a row drafted or not, gain less (prompt lookup 1.9×, while still 1.2× the batched "
+          "baseline at B = 8). Realignment took under 1% of decode time: rows drop rejected slots by a mask, and "
+          "compaction runs only when holes pile up. Every row equalled that row decoded alone (100%, against the "
+          "paper's 95% for its grouped variant). The paper's 7-9B targets on a GPU batch nearly for free.",
+          batch_over_batch_1, BATCH_HEADLINE),
     Claim("Whisper Filter-Ends + Min Lookahead", "Do et al., arXiv:2309.10299, abstract",
           "Whisper fine-tuned per language, several languages", "WER −2.26 points on average vs beam search",
           Figure(-2.26, "−2.26 WER points"),

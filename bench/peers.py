@@ -7,6 +7,8 @@ Three peers, same models, same prompt ids, same max_new_tokens, greedy:
                      bench/tuning.py picks them on tuning prompts). They are written into the draft's
                      generation_config for the call and restored after it, so a "heuristic" schedule starts from the
                      same value in every run (transformers would otherwise carry its state into the next call).
+  hf/early-exit      model.generate(assistant_early_exit=k, do_sample=False): LayerSkip's self-speculation, the
+                     target's first k layers and its LM head as the draft (untrained for early exit here)
   hf/prompt-lookup   model.generate(prompt_lookup_num_tokens=N, max_matching_ngram_size=n, do_sample=False): the
                      bench passes SpecLab's n-gram size, so both sides match the same n-grams (n..1, first from left).
 
@@ -130,6 +132,10 @@ def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draf
         assisted = _merged(ASSISTED_DEFAULTS, settings)
     elif kind == "prompt-lookup":
         kwargs.update(_merged(PROMPT_LOOKUP_DEFAULTS, settings))
+    elif kind == "early-exit":  # LayerSkip: the target's first k layers + its own LM head draft (one model object)
+        assisted = _merged({**ASSISTED_DEFAULTS, "assistant_early_exit": 4}, settings)
+        kwargs["assistant_early_exit"] = assisted.pop("assistant_early_exit")
+        draft = target  # the assistant is the target itself: its generation_config carries the assisted settings
     elif kind != "greedy":
         raise ValueError(f"unknown peer {kind!r}")
     streamer = _TimingStreamer()
@@ -150,6 +156,8 @@ def run_peer(kind: str, target, prompt_ids: list[int], max_new_tokens: int, draf
     result = _figures(output, streamer.events, start, end, target_calls.sizes,
                       draft_calls.sizes if draft_calls else [], len(prompt_ids), kind)
     result["target_call_sizes"] = list(target_calls.sizes)
+    if kind == "early-exit":  # draft and verification calls hit the same model object: τ cannot be read from calls
+        result.update(tau=None, drafted=None, accepted=None, acceptance_rate=None)
     return result
 
 

@@ -71,7 +71,7 @@ def hf(key: str, label: str, kind: str, kernels: str = "stock", temperature: flo
     return Method(key, label, "hf", kind, dict(settings), True, temperature, None, kernels=kernels)
 
 
-HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup"}
+HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup", "early-exit": "early-exit"}
 
 
 @dataclass

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "e.g. '0;1;0,0;0,1' (default: SpecLab's 24-node tree)")
     run.add_argument("--eagle-head", default=None, help="tree drafters: grow from an EAGLE head (a folder, a hub id, "
                      "or auto) instead of the draft model")
+    run.add_argument("--self-weights", default="auto", help="early-exit / prophet: trained weights folder, or auto "
+                     "(the shipped or trained ones for --model)")
     run.add_argument("--prompt", action="append", default=None,
                      help="the prompt; repeat it to decode several prompts together as one batch (decoders/batch)")
     run.add_argument("--prompts-file", type=Path, default=None,
@@ -82,6 +84,7 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
     skip = _integers("--skip-layers", args.skip_layers) if args.skip_layers else None
     tree = dict(tree_k=args.tree_k, tree_depth=args.tree_depth, tree_m=args.tree_m, ddd_x=args.ddd_x,
                 ddd_steps=args.ddd_steps, ddd_width=args.ddd_width, eagle_head=args.eagle_head,
+                self_weights=args.self_weights,
                 ddd_checks=_integers("--ddd-checks", args.ddd_checks),
                 tree_paths=tuple(_integers("--tree-paths", p) for p in args.tree_paths.split(";") if p.strip())
                 if args.tree_paths else None)

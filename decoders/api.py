@@ -104,8 +104,9 @@ def stream_batch(options: DecodeOptions, prompts: list[str | list[int]], seeds: 
     from .batch import loop as batch_loop, run as batch_run
 
     prompts = list(prompts) if isinstance(prompts, (list, tuple)) else prompts
-    if not isinstance(prompts, list):
-        raise OptionsError("prompts must be a list of prompts (texts or token-id lists), one per row")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) or (isinstance(p, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in p)) for p in prompts):
+        raise OptionsError("prompts must be a list of prompts, one per row: each a text or a list of token ids")
     batch_run.check_batch(options, len(prompts), seeds, max_new_tokens)
     seeds = list(seeds) if seeds is not None else [options.seed] * len(prompts)
     row_options = [replace(options, seed=seed, max_new_tokens=cap) for seed, cap in

@@ -156,6 +156,10 @@ def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
             module = store.load(store.locate(kind, ctx.options.model) if source == "auto" else source, ctx.runner.model)
         except (OSError, ValueError, RuntimeError, KeyError) as err:  # missing, or trained for another target
             raise OptionsError(f"{kind}: {err}") from None
+        from . import kernels
+
+        if kernels.kernels_of(ctx.runner.model) == kernels.PACKED:
+            kernels.pack(module)  # the draft's own matmuls on the target's kernels (inference only)
         if kind == "early-exit":
             return EarlyExitDrafter(ctx.runner, module)
         return ProphetDrafter(module, ctx.runner.model.config.vocab_size)

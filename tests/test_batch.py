@@ -59,8 +59,8 @@ def check_rows(batch: BatchTrace, singles: list, report: list | None = None) -> 
 def run_both(options: DecodeOptions, prompts, target, draft=None, seeds=None, caps=None):
     batch = generate_batch(options, prompts, seeds=seeds, target=target, draft=draft, max_new_tokens=caps)
     singles = [generate(replace(options, seed=seeds[r] if seeds else options.seed,
-                                max_new_tokens=caps[r] if caps else options.max_new_tokens), p, target=target, draft=draft)
-               for r, p in enumerate(prompts)]
+                                max_new_tokens=caps[r] if caps else options.max_new_tokens),
+                        p, target=target, draft=draft) for r, p in enumerate(prompts)]
     return batch, singles
 
 
@@ -207,6 +207,7 @@ def test_batch_trace_round_trips_and_totals_add_up(tiny, drafts):
     (lambda lm: generate_batch(DecodeOptions(method="beam-search"), [[1]], target=lm), "baseline"),
     (lambda lm: generate_batch(DecodeOptions(), [[1], []], target=lm), "no tokens"),
     (lambda lm: generate_batch(DecodeOptions(), "one prompt", target=lm), "list of prompts"),
+    (lambda lm: generate_batch(DecodeOptions(), [[1, 2], 3], target=lm), "a text or a list of token ids"),
 ])
 def test_bad_batch_input_gets_a_clear_message(tiny, call, message):
     with pytest.raises(OptionsError, match=message):
@@ -253,3 +254,42 @@ def test_cli_bad_prompts_file_is_one_line(tiny, monkeypatch, capsys, tmp_path, c
     assert main(["run", "--prompts-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def _second_token_marginal(lm, prompt: list[int]) -> torch.Tensor:
+    """P(second generated token) under the target at temperature 1: sum over t1 of p(t1) p(t2 | t1). (V,)"""
+    with torch.no_grad():
+        first = torch.softmax(lm.model(torch.tensor([prompt])).logits[0, -1].float(), -1)  # (V,)
+        vocab = first.shape[0]
+        rows = torch.tensor([prompt + [t] for t in range(vocab)])  # (V, P+1)
+        second = torch.softmax(lm.model(rows).logits[:, -1].float(), -1)  # (V, V): row t1 = p(. | t1)
+    return first @ second  # (V,)
+
+
+def _second_tokens(tiny, draft, batches: int = 50) -> torch.Tensor:
+    prompt = [3, 1, 4, 1, 5]
+    options = DecodeOptions(method="speculative", drafter="draft-model", gamma=3, max_new_tokens=2, temperature=1.0)
+    counts = torch.zeros(tiny.model.config.vocab_size)
+    for i in range(batches):
+        batch = generate_batch(options, [prompt] * 8, seeds=list(range(8 * i, 8 * i + 8)), target=tiny, draft=draft)
+        for row in batch:
+            counts[row.output_ids[1]] += 1
+    return counts
+
+
+def test_batched_sampling_matches_the_target_distribution(tiny, drafts, monkeypatch):
+    """Chi-square on the second token (a draft accepted or a residual draw in round 1), 400 rows in batches of 8,
+    drafted by an unrelated model; the negative control accepts every draft and must fail."""
+    from chi_square import chi_square_pvalue
+    from decoders.batch import loop as batch_loop
+    from decoders.sampling import sample
+    from decoders.verify import Source, Verdict
+
+    expected = _second_token_marginal(tiny, [3, 1, 4, 1, 5])
+    assert chi_square_pvalue(_second_tokens(tiny, drafts["unrelated"]), expected) > 1e-3
+
+    def accept_every_draft(tree, logits, p, generator):
+        return Verdict(list(range(1, tree.size)), sample(p[-1], generator), Source.BONUS)
+
+    monkeypatch.setattr(batch_loop, "verify", accept_every_draft)
+    assert chi_square_pvalue(_second_tokens(tiny, drafts["unrelated"]), expected) < 1e-3

@@ -108,3 +108,19 @@ def test_throughput_sentences_say_why_each_b_wins_or_loses():
     assert "loses (0.80×" in lines[1] and "3.00× a 1-token one" in lines[1]
     fig = figures.throughput_figure(rows)
     assert len(fig.data) == 2 and all("tokens/s" in t.hovertemplate for t in fig.data)
+
+
+def test_measure_here_times_both_methods_at_each_b(tiny_models):
+    results = list(handlers.measure_here("abc\nabab abab abab", "tiny", "prompt-lookup", 8))
+    final = results[-1]
+    assert len(final["throughput"].data) == 2  # batched baseline and batched speculative
+    assert [list(t.x) for t in final["throughput"].data] == [[1, 2, 4], [1, 2, 4]]
+    assert final["why"].count("<li>B = ") == 3 and "measured here" in final["why"]
+
+
+def test_recorded_throughput_says_when_there_is_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "RESULTS", tmp_path)
+    rows, grid, where = handlers.recorded_throughput("nothing-here")
+    assert rows == [] and "python -m bench.batch --target nothing-here" in where
+    views = handlers.throughput_views(rows, grid, where)
+    assert "No throughput figures yet" in views["throughput"].layout.annotations[0].text.replace("<br>", " ")

@@ -131,3 +131,21 @@ def test_cli_refuses_a_subset_outside_humaneval(capsys):
     with pytest.raises(SystemExit) as exit_:
         beams.main(["--problems", "0"])
     assert exit_.value.code == 2 and "between 1 and 164" in capsys.readouterr().err
+
+
+def test_the_dsbd_claim_says_when_too_few_runs_were_paired(tmp_path):
+    import json
+
+    from bench import claims
+
+    summary = [{"arm": k, "key": k, "width": w, "tokens_per_second": t, "peak_kv_bytes": kv, "mean_logprob": -0.3,
+                "pass_at_1": 0.5} for k, w, t, kv in (("dsbd", 4, 2.0, 4000), ("beam-sampling-4", 4, 1.0, 3000),
+                                                       ("speculative", None, 3.0, 1000))]
+    data = {"target": "big", "draft": "small", "problems": 1, "max_new_tokens": 64, "summary": summary,
+            "meta": {"command": "python -m bench.beams --problems 1"},
+            "paired": [{"metric": "tokens_per_second", "arm": "dsbd", "against": "beam-sampling-4", "n": 1,
+                        "median": 2.0}]}
+    (tmp_path / "beams.json").write_text(json.dumps(data))
+    row = next(r for r in claims.table(claims.load_results(tmp_path)) if r.claim.method.startswith("DSBD"))
+    assert "too few to read a speed from" in row.headline.detail and "peak KV 4.0×" in row.headline.detail
+    assert row.headline.short.endswith("(1 paired run: not yet a speed result)")

@@ -8,8 +8,8 @@ docs/screenshots/.
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo, wait_for_opening_controls
-from chromium import ARGS, CHROMIUM, MARKS, ROOT, persistent_context, shot, sync_api
+from app_server import wait_for_opening_controls
+from chromium import MARKS, ROOT, new_context, shot
 
 from app.shared.theme import PROVENANCE_COLORS, rgba
 
@@ -19,24 +19,12 @@ pytestmark = [pytest.mark.slow, *MARKS]
 
 
 @pytest.fixture(scope="module")
-def url():
-    with launched_demo() as local_url:
-        yield local_url
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    """One Playwright driver for the module: a second sync_playwright() inside a live one is refused."""
-    with sync_api().sync_playwright() as pw:
-        yield pw
-
-
-@pytest.fixture(scope="module")
-def page(playwright, url):
-    with persistent_context(playwright, 1440, 1100) as context:
+def page(browser, demo_url):
+    """The shared demo and Chromium (tests/conftest.py) on a fresh context."""
+    with new_context(browser, 1440, 1100) as context:
         page = context.new_page()
         page.set_default_timeout(120_000)
-        page.goto(url)
+        page.goto(demo_url)
         wait_for_opening_controls(page)
         yield page
 
@@ -189,18 +177,17 @@ WIDTHS = {"1280": {"width": 1280, "height": 800}, "420": {"width": 420, "height"
 
 
 @pytest.fixture(scope="module", params=list(WIDTHS))
-def opened(request, playwright, url):
+def opened(request, browser, demo_url):
     """(width name, page) on the opening page; the Generate and Race screenshots go to after-<tab>-<width>.png."""
-    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-    page = browser.new_page(viewport=WIDTHS[request.param])
+    page = browser.new_page(viewport=WIDTHS[request.param])  # a page in a context of its own, closed with it
     page.set_default_timeout(60_000)
-    page.goto(url)
+    page.goto(demo_url)
     wait_for_opening_controls(page)
     page.wait_for_selector("#sl-tree .js-plotly-plot")
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot[aria-label]').length >= 4")
     shot(page, f"after-generate-{request.param}", publish=True, full_page=True)
     yield request.param, page
-    browser.close()
+    page.close()
 
 
 def box(page, selector: str) -> dict:

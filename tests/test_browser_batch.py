@@ -4,16 +4,10 @@ prompt lookup draws one lane per row, a lane click opens that row's rounds, and 
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo, wait_for_opening_controls
-from chromium import MARKS, persistent_context, shot, sync_api
+from app_server import wait_for_opening_controls
+from chromium import MARKS, new_context, shot
 
 pytestmark = [pytest.mark.slow, *MARKS]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched_demo() as url, sync_api().sync_playwright() as pw:
-        yield url, pw
 
 
 def open_tab(context, url):
@@ -36,10 +30,10 @@ def run_batch(page):
 
 
 @pytest.mark.parametrize("width, height", [(1280, 1000), (420, 900)])
-def test_a_batch_draws_lanes_and_a_lane_opens_its_row(browser, width, height):
-    url, pw = browser
-    with persistent_context(pw, width, height) as context:
-        page = open_tab(context, url)
+def test_a_batch_draws_lanes_and_a_lane_opens_its_row(browser, demo_url, width, height):
+    """On the shared demo and Chromium (tests/conftest.py), a fresh context per width."""
+    with new_context(browser, width, height) as context:
+        page = open_tab(context, demo_url)
         run_batch(page)
         assert page.locator("#bt-lanes button.bt-lane").count() == 4
         assert page.locator("#bt-lanes .bt-pad").count() > 1  # padding drawn as padding

@@ -9,34 +9,21 @@ at 1280 and 42,589 → 4,442 px at 420; the bounds below leave room for a few mo
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo
-from chromium import MARKS, persistent_context, shot, sync_api
+from chromium import MARKS, new_context, shot
 
 pytestmark = [pytest.mark.slow, *MARKS]
 WIDTHS = {1280: 800, 420: 900}  # width -> viewport height
 MAX_HEIGHT = {1280: 2600, 420: 7000}  # px, histories folded
 
 
-@pytest.fixture(scope="module")
-def url():
-    with launched_demo() as local_url:
-        yield local_url
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    with sync_api().sync_playwright() as pw:
-        yield pw
-
-
 @pytest.fixture(scope="module", params=list(WIDTHS))
-def claims(request, playwright, url):
-    """(width, page) with the Claims tab open."""
+def claims(request, browser, demo_url):
+    """(width, page) with the Claims tab open, on the shared demo and Chromium (tests/conftest.py)."""
     width = request.param
-    with persistent_context(playwright, width, WIDTHS[width]) as context:
+    with new_context(browser, width, WIDTHS[width]) as context:
         page = context.new_page()
         page.set_default_timeout(120_000)
-        page.goto(url)
+        page.goto(demo_url)
         open_tab(page, "Claims")
         page.locator("#sl-claims .sl-claims-headline").wait_for(state="visible")
         yield width, page

@@ -118,7 +118,14 @@ def test_baseline_hides_the_speculation_controls(page):
 
 
 def test_a_single_model_offers_no_draft_model_drafter(page):
-    assert options_of(page, "Drafter") == ["prompt-lookup", "layer-skip", "eagle1", "eagle2", "ddd"]  # trees: its EAGLE head
+    page.get_by_text("chat: Explain a concept", exact=True).click()  # SmolLM2 (the page opens on the Qwen pair)
+    page.wait_for_function("document.querySelector('#sl-model input').value.startsWith('smollm2')")
+    page.wait_for_function("() => ![...document.querySelectorAll('#sl-drafter input')]"
+                           ".some(i => i.value === 'draft-model')")
+    drafters = options_of(page, "Drafter")
+    assert "draft-model" not in drafters and {"prompt-lookup", "layer-skip", "eagle2"} <= set(drafters)
+    radio(page, "Drafter").get_by_text("eagle2", exact=True).click()
+    wait_checked(page, "eagle2")
     assert options_of(page, "Tree grown by") == ["an EAGLE head (shipped or trained for the target)"]
 
 

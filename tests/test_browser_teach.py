@@ -5,8 +5,8 @@ also copied to docs/screenshots/ (learn-*.png; the Claims tab's own are tests/te
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo, wait_for_opening_controls
-from chromium import MARKS, persistent_context, shot, sync_api
+from app_server import wait_for_opening_controls
+from chromium import MARKS, new_context, shot
 
 from app.tabs.learn import lessons as teach
 
@@ -16,19 +16,20 @@ LOADS: list[str] = []  # model loads attempted while the page was driven (the le
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(browser, demo_url):
+    """The shared demo and Chromium (tests/conftest.py) on a fresh context, with model loading refused: the shared
+    server looks decoders.models.load_model up at each load (app/shared/loading.py), so the patch reaches it."""
     import decoders.models
 
-    api = sync_api()
     with pytest.MonkeyPatch.context() as patch:
         def refuse(name, *args, **kwargs):
             LOADS.append(name)
             raise RuntimeError("the Learn tab must not load a model")
         patch.setattr(decoders.models, "load_model", refuse)
-        with launched_demo() as url, api.sync_playwright() as pw, persistent_context(pw, 1280, 1000) as context:
+        with new_context(browser, 1280, 1000) as context:
             page = context.new_page()
             page.set_default_timeout(60_000)
-            page.goto(url)
+            page.goto(demo_url)
             wait_for_opening_controls(page)
             yield page
 

@@ -8,29 +8,21 @@ stop-19 note). Screenshots of the tree at laptop and phone width go to docs/scre
 from __future__ import annotations
 
 import pytest
-from app_server import launched_demo, wait_for_opening_controls
-from chromium import ARGS, CHROMIUM, MARKS, shot, sync_api
+from app_server import wait_for_opening_controls
+from chromium import MARKS, shot
 
 pytestmark = [pytest.mark.slow, *MARKS]
 WIDTHS = {"1280": {"width": 1280, "height": 900}, "420": {"width": 420, "height": 900}}
 
 
 @pytest.fixture(scope="module")
-def url():
-    with launched_demo() as local_url:
-        yield local_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api().sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        yield browser
-        browser.close()
+def url(demo_url):
+    """The shared demo (tests/conftest.py); `browser` is the shared Chromium."""
+    return demo_url
 
 
 def open_page(browser, url, width: str = "1280"):
-    page = browser.new_page(viewport=WIDTHS[width])
+    page = browser.new_page(viewport=WIDTHS[width])  # a page in a context of its own, closed with it
     page.set_default_timeout(120_000)
     page.goto(url)
     wait_for_opening_controls(page)

@@ -9,8 +9,7 @@ import pytest
 
 pytest.importorskip("whisper")
 
-from app_server import launched_demo  # noqa: E402
-from chromium import MARKS, persistent_context, shot, sync_api  # noqa: E402
+from chromium import MARKS, new_context, shot  # noqa: E402
 from whisper_helpers import AUDIO, SHORT_CLIPS  # noqa: E402
 
 pytestmark = [pytest.mark.slow, *MARKS]
@@ -18,11 +17,12 @@ ROWS = "document.querySelectorAll('#sw-results tr[data-decoder]').length"
 
 
 @pytest.fixture(scope="module")
-def page():
-    with launched_demo() as url, sync_api().sync_playwright() as pw, persistent_context(pw, 1280, 800) as context:
+def page(browser, demo_url):
+    """The shared demo and Chromium (tests/conftest.py) on a fresh context."""
+    with new_context(browser, 1280, 800) as context:
         page = context.new_page()
         page.set_default_timeout(300_000)
-        page.goto(url)
+        page.goto(demo_url)
         page.get_by_role("tab", name="Whisper").click()
         yield page
 
@@ -32,22 +32,27 @@ def choose_decoders(page, wanted: set[str]) -> None:
         page.locator("#sw-decoders").get_by_label(name, exact=True).set_checked(name in wanted)
 
 
-def test_the_default_click_shows_greedy_err_where_beam_search_does_not(page):
+def test_the_default_click_shows_greedy_err_where_beam_search_does_not(page, monkeypatch):
+    import decoders.whisper.jobs as jobs
+
+    decodes, real = [], jobs.transcribe  # the demo runs in this process: count its decodes per click
+    monkeypatch.setattr(jobs, "transcribe", lambda clip, options, should_stop=None: decodes.append(options.decoder)
+                        or real(clip, options, should_stop=should_stop))
     assert page.locator("#sw-example input").input_value() == SHORT_CLIPS[0]  # loaded: one click teaches
     assert "ill disposed" in page.locator("#sw-reference textarea").input_value()
     page.click("#sw-run")
     page.wait_for_function(f"{ROWS} == 3")
     rows = {r.get_attribute("data-decoder"): r.inner_text() for r in page.locator("#sw-results tr[data-decoder]").all()}
     assert list(rows) == ["greedy", "beam", "filter-ends"]
+    assert decodes == ["greedy", "beam", "filter-ends"]  # once each (the old wiring: once per output, 10x)
     assert "0.0%" not in rows["greedy"] and "0.0%" in rows["beam"]  # greedy's "old-sposed" against beam's fix
     for i in range(3):
         page.wait_for_selector(f"#sw-tree-{i} .js-plotly-plot")
     shared = page.evaluate("[0, 1, 2].map(i => JSON.stringify(document.querySelector(`#sw-tree-${i} .js-plotly-plot`)"
                            ".layout.xaxis.range))")
     assert len(set(shared)) == 1  # one step axis for every tree
-    notes = page.evaluate("(() => (document.querySelector('#sw-tree-1 .js-plotly-plot').layout.annotations || [])"
-                          ".map(a => a.text).join(' '))()")
-    assert "leaves greedy here" in notes
+    notes = page.evaluate("(() => document.querySelector('#sw-tree-1 .js-plotly-plot').layout.title.text)()")
+    assert "leaves greedy at step" in notes
     shot(page, "whisper-tab-1280", publish=True, full_page=True)
     page.set_viewport_size({"width": 420, "height": 900})
     page.wait_for_timeout(1500)
@@ -62,6 +67,7 @@ def test_the_default_click_shows_greedy_err_where_beam_search_does_not(page):
     slider.fill("1")
     slider.press("Enter")
     page.wait_for_function(f"{title}.includes('step 1 of')")
+    assert len(decodes) == 3  # scrubbing redraws from the stored traces
 
 
 def test_stop_ends_a_long_run(page):

@@ -156,8 +156,8 @@ def test_width_panel_says_in_words_why_it_is_empty_for_beam_sampling():
     assert not fig.data and "keep a fixed width" in fig.layout.annotations[0].text.replace("<br>", " ")
 
 
-@pytest.mark.parametrize("reason, words", [("max_new_tokens", "reached max tokens"),
-                                           ("eos", "ended at end-of-sequence"), ("cancelled", "stopped with Stop")])
+@pytest.mark.parametrize("reason, words", [("max_new_tokens", "reached the max new tokens"),
+                                           ("eos", "finished at end-of-sequence"), ("cancelled", "stopped by the user")])
 def test_summary_line_says_the_stop_reason_in_words(reason, words):
     from app.figures.forest import summary_line
 
@@ -165,3 +165,10 @@ def test_summary_line_says_the_stop_reason_in_words(reason, words):
     trace.stop_reason = reason
     line = summary_line(trace)
     assert words in line and reason not in line.replace(words, "")
+
+
+def test_a_dsbd_iteration_without_layers_says_why():
+    trace = forest_trace()
+    trace.iterations[0]["layers"] = []
+    text = width_figure(trace, 0).layout.annotations[0].text.replace("<br>", " ")
+    assert "drafted no layer" in text and "one token left" in text

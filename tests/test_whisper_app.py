@@ -100,6 +100,13 @@ def test_beam_figure_hover_and_persistent_nodes():
     assert "log p(EOT) − best other token = 0.400" in hover and "cumulative log p (search score) = -2.00" in hover
     names = {t.name for t in fig.data}
     assert {BEAM_LABELS["finished"], BEAM_LABELS["kept"], "chosen transcript"} <= names
+    other_nodes = [BeamNode(0, -1, -1, -1, "", 0.0, 0.0, "root"), BeamNode(1, 0, 0, 11, " she", -0.1, -0.1, "kept")]
+    other = WhisperTrace("greedy", "greedy", {}, "whisper-tiny.en", "en", {"seconds": 1.0}, [50257], other_nodes,
+                         [BeamStep(0, [1], [1])], [FinalCandidate(1, [11], "she", -0.1, 1, -0.1)], [11], "she", 0.5)
+    compared = beam_figure(trace, 1, other, steps_shown=9)
+    assert "leaves greedy at step 1: &#x27; he&#x27; for &#x27; she&#x27;" in compared.layout.title.text
+    assert list(compared.layout.xaxis.range) == [-0.4, 9 + 1.6]  # the click's longest search, shared by every tree
+    assert "leaves" not in beam_figure(trace, 1, trace).layout.title.text  # the same transcript: no note
 
 
 def test_a_one_step_search_gives_a_slider_gradio_accepts(monkeypatch):

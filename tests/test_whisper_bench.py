@@ -152,3 +152,19 @@ def test_finetune_table_puts_the_paper_claims_beside_the_measured_differences():
     assert "| zero-shot | 0 | | 0 | 0 | | 2.000 | 90.00 |" in text
     assert "| lora | 10 | 0.001 | 30 | 5 | 2.00 → 0.50 | 1.600 | 50.00 |" in text
     assert "| -38.49 | -1.45 |" in text and "| -40.00 | -10.00 |" in text
+
+
+def test_rescore_recomputes_wer_from_the_recorded_transcripts_and_keeps_the_old_figure(tmp_path):
+    rows = [{"model": "whisper-base", "set": "espeak-fr", "clip": "a.wav", "decoder": "beam",
+             "reference": "Il fait beau.", "text": "et l'on voit.", "wer": 1.0, "seconds": 1.0, "audio_seconds": 1.0},
+            {"model": "whisper-base", "set": "librivox", "clip": "b.wav", "decoder": "beam",
+             "reference": "he was not an ill disposed young man", "text": "He was not an ill-disposed young man.",
+             "wer": 0.0, "seconds": 1.0, "audio_seconds": 1.0}]
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"meta": {"date": "2026-11-23", "machine": "m", "torch": "t", "threads": 2,
+                                         "beam_size": 5, "clips_per_set": 1}, "table": [], "rows": rows}))
+    text = bench_whisper.rescore_file(path)
+    fr, en = json.loads(path.read_text())["rows"]
+    assert fr["language"] == "fr" and fr["wer_before"] == 1.0 and fr["wer"] == pytest.approx(4 / 3)  # "l on": 4 words
+    assert en["language"] == "en" and en["wer"] == 0.0 and "wer_before" not in en
+    assert "rescored" in text and "EnglishTextNormalizer" in text and "| whisper-base | espeak-fr | beam | 1 | 133.33 |" in text

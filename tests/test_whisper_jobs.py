@@ -147,3 +147,12 @@ def test_a_stopped_real_decode_raises_cancelled_and_leaves_no_cache_hooks():
     assert sum(len(m._forward_hooks) for m in model.modules()) == 0  # the task's kv-cache hooks were removed
     trace = transcribe(clip(SHORT_CLIPS[0]), WhisperOptions(decoder="greedy"))  # the model still decodes
     assert trace.output_text
+
+
+def test_stop_cancels_a_queued_click_before_it_decodes(endless):
+    """A click waiting in Gradio's queue (admitted by the validator) returns without decoding after a Stop."""
+    session = RunSession()
+    session.admit()  # what the event's validator does when Gradio queues the click
+    wired("whisper_stop")(session)
+    outputs = list(wired("whisper_transcribe")(*inputs(session=session)))
+    assert "nothing ran" in outputs[-1][0] and not endless["started"].is_set()

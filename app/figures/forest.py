@@ -20,7 +20,8 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, title_margin, visible_token, wrap_title
+from app.shared.theme import (OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin,
+                              visible_token, wrap_title)
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -200,9 +201,6 @@ def _hover(node: dict, score, survives: bool, finished: bool, method: str | None
 
 WIDTH_ONLY_DSBD = ("D[W] is DSBD's: it chooses how many beams each drafted layer keeps. Beam search and beam "
                    "sampling keep a fixed width, so there is nothing to draw here; pick DSBD to see it.")
-STOP_WORDS = {"eos": "ended at end-of-sequence", "max_new_tokens": "reached max tokens",
-              "cancelled": "stopped with Stop"}
-
 
 def _sentence(text: str) -> go.Figure:
     """A small figure that says something in words (instead of an empty box with axes)."""
@@ -227,8 +225,12 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
     it = iteration_of(trace, index)
     layers = it["layers"] if it is not None else []
     if not layers:
-        return _sentence(WIDTH_ONLY_DSBD if trace is not None and trace.method != "dsbd" else
-                         "No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
+        if trace is not None and trace.method != "dsbd":
+            return _sentence(WIDTH_ONLY_DSBD)
+        if it is not None:
+            return _sentence(f"Iteration {it['index'] + 1} drafted no layer: the run had one token left to write, "
+                             "which the target draws itself. Scrub to an earlier iteration to see D[W].")
+        return _sentence("No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
     fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
                         subplot_titles=[f"layer {layer['layer']}: K={layer['width']}"
                                         + ("" if layer.get("passed", True) else " (stopped)") for layer in layers])
@@ -287,6 +289,9 @@ def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     return describe(fig, f"Scores of {len(ys)} beams over {len(trace.iterations)} iterations.")
 
 
+TIP = 'style="text-decoration: underline dotted; cursor: help"'  # a header whose hover explains it
+
+
 def candidates_html(trace: BeamTrace | None) -> str:
     """The finished pool ranked best first (the trace's own order): its ranking score ÷ length and the target's
     true cumulative log p, each with a hover that says what it is. Every candidate is a different sequence."""
@@ -299,9 +304,9 @@ def candidates_html(trace: BeamTrace | None) -> str:
                    f'<td title="{logp_tip}">{"—" if c.get("logp") is None else sig(c["logp"])}</td>'
                    f"<td>{len(c['tokens'])}</td></tr>"
                    for rank, c in enumerate(trace.candidates, start=1))
-    return (f'<div id="bm-candidates"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
-            f'<th title="{score_tip}">{html.escape(score_label(trace.method))} ÷ length ⓘ</th>'
-            f'<th title="{logp_tip}">log p (target) ⓘ</th><th>tokens</th></tr>{rows}</table></div>')
+    return (f'<div id="bm-candidates" style="overflow-x: auto"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
+            f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
+            f'<th title="{logp_tip}" {TIP}>log p (target)</th><th>tokens</th></tr>{rows}</table></div>')
 
 
 def _lines(text: str, width: int) -> list[str]:
@@ -322,5 +327,5 @@ def summary_line(trace: BeamTrace | None) -> str:
     if speed:
         parts.append(f"{speed:.1f} tokens/s")
     if trace.stop_reason:
-        parts.append(STOP_WORDS.get(trace.stop_reason, trace.stop_reason))
+        parts.append(stop_words(trace.stop_reason))
     return " · ".join(parts)

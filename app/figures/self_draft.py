@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from decoders.trace import Trace
 
-from app.shared.theme import OKABE_ITO, describe
+from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
 
 COLORS = {"shared": OKABE_ITO["sky blue"], "verify": "#BBBBBB", "block": OKABE_ITO["orange"],
           "head": OKABE_ITO["bluish green"]}
@@ -30,6 +30,11 @@ def _box(fig, x0, x1, y0, y1, color, text, hover, name, legend):
         fig.add_annotation(x=(x0 + x1) / 2, y=(y0 + y1) / 2, text=text, showarrow=False, font=dict(size=10))
 
 
+def _number(i: int, total: int) -> str:
+    """Every layer's number when they fit, else 1 and every fifth (a phone-width plot has ~12 px per layer)."""
+    return str(i) if total <= 12 or i == 1 or i % 5 == 0 else ""
+
+
 def exit_figure(trace: Trace | None) -> go.Figure | None:
     """None for traces of other drafters."""
     info = self_draft_info(trace)
@@ -46,12 +51,11 @@ def exit_figure(trace: Trace | None) -> go.Figure | None:
                      f"are reused by verification ({reused:,} token x layer passes not repeated in this run)"
                      if shared else f"target layer {i}: skipped by the draft, runs only in verification (over the "
                      f"draft's layer-{k} outputs)")
-            _box(fig, i - 1, i - 0.1, 0, 1, COLORS["shared" if shared else "verify"], str(i) if total <= 32 else "",
-                 hover, "layers 1..k: shared" if shared else "layers k+1..L: verification only",
-                 i in (1, k + 1))
-        _box(fig, k - 0.5, k + 1.5, 1.4, 2.4, COLORS["block"], "exit block",
+            _box(fig, i - 1, i - 0.1, 0, 1, COLORS["shared" if shared else "verify"], _number(i, total), hover,
+                 "layers 1..k: shared" if shared else "layers k+1..L: verification only", i in (1, k + 1))
+        _box(fig, k - 0.5, k + 1.5, 1.4, 2.4, COLORS["block"], "exit<br>block",
              f"the trained exit block (one decoder layer of its own) reads layer {k}'s output", "trained block", True)
-        _box(fig, k + 1.9, k + 4.4, 1.4, 2.4, COLORS["head"], "norm + LM head",
+        _box(fig, k + 1.9, k + 4.4, 1.4, 2.4, COLORS["head"], "LM<br>head",
              "the target's final norm (a trained copy) and its own LM head turn the block's output into the draft "
              "distribution q", "LM head", True)
         title = f"Early exit after layer {k} of {total}: layers 1..{k} shared, {total - k} verification-only"
@@ -60,17 +64,19 @@ def exit_figure(trace: Trace | None) -> go.Figure | None:
     else:
         n = int(info["block_layers"])
         for i in range(1, total + 1):
-            _box(fig, i - 1, i - 0.1, 0, 1, COLORS["verify"], str(i) if total <= 32 else "",
+            _box(fig, i - 1, i - 0.1, 0, 1, COLORS["verify"], _number(i, total),
                  f"target layer {i}: runs in verification; the last one's hidden state seeds the prophet",
                  "target layers (verification)", i == 1)
-        _box(fig, total - 3, total + 0.5, 1.4, 2.4, COLORS["block"], f"prophet ({n} layer{'s' if n > 1 else ''})",
+        _box(fig, total - 3, total + 0.5, 1.4, 2.4, COLORS["block"], f"prophet<br>{n} layer{'s' if n > 1 else ''}",
              "the trained prophet: its first input is the target's last hidden state (projected); it then drafts "
              "on its own, with no other context", "trained prophet", True)
-        _box(fig, total + 0.9, total + 3.4, 1.4, 2.4, COLORS["head"], "LM head",
+        _box(fig, total + 0.9, total + 3.4, 1.4, 2.4, COLORS["head"], "LM<br>head",
              "the target's own LM head turns the prophet's output into the draft distribution q", "LM head", True)
         title = f"Prophet: drafts from the target's last hidden state (layer {total}) with {n} layer(s) of its own"
         summary = f"Prophet draft: a {n}-layer trained decoder fed by the target's last hidden state."
-    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=230, margin=dict(l=10, r=10, t=50, b=10),
+    title = wrap_title(title)
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=250,
+                      margin=dict(l=10, r=10, t=title_margin(title), b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False, range=[-0.2, 2.6]),
                       legend=dict(orientation="h", y=-0.05, font=dict(size=10)), plot_bgcolor="white")
     return describe(fig, summary)

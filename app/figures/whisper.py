@@ -83,13 +83,15 @@ def beam_figure(trace: WhisperTrace | None, step: int | None = None,
     diverged = set(chosen[split:]) if split is not None else set()
     _edges(fig, graph, pos, path, diverged)
     _nodes(fig, trace, graph, pos, path, step)
-    _mark_divergence(fig, trace, reference, split, chosen, pos)
+    note = _mark_divergence(fig, trace, reference, split, chosen, pos)
     title = wrap_title(f"{trace.label}: “{trace.output_text.strip()[:70]}” · step {step + 1} of {len(trace.steps)} · "
                        f"{len(trace.steps[step].candidates)} candidates")
+    if note:  # its own line, in the divergence's colour (a plotly annotation collided with the title on phones)
+        title += f"<br><span style='color:{OKABE_ITO['reddish purple']}'>{note}</span>"
     rows = len({round(y, 3) for _, y in pos.values()})
     width = max(steps_shown or 0, len(trace.steps))
     plot_height = min(440, max(110, 40 + 11 * rows))  # px for the tree itself; title and legend come on top
-    top = title_margin(title) + (18 if split is not None else 0)  # room for the divergence note under the title
+    top = title_margin(title)
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=plot_height + top + 70,
                       margin={"l": 10, "r": 10, "t": top, "b": 70}, hovermode="closest",
                       xaxis={"range": [-0.4, width + 1.6], "dtick": 5, "tickprefix": "step ", "showgrid": True,
@@ -103,18 +105,17 @@ def beam_figure(trace: WhisperTrace | None, step: int | None = None,
     return describe(fig, f"Beam tree of {trace.label} at step {step + 1}: {summary}.{where}")
 
 
-def _mark_divergence(fig, trace, reference, split, chosen, pos) -> None:
-    """A dashed line where this decoder's transcript leaves the first decoder's, with both tokens named."""
+def _mark_divergence(fig, trace, reference, split, chosen, pos) -> str:
+    """A dashed line before the token where this decoder's transcript leaves the first decoder's; returns the
+    title's note naming both tokens ("" when the transcripts agree)."""
     if split is None or split >= len(chosen) or chosen[split] not in pos:
-        return
+        return ""
     x = pos[chosen[split]][0]
     theirs = reference.output_ids[split] if split < len(reference.output_ids) else None
     their_text = "the end" if theirs is None else repr(_token_text(reference, theirs))
     fig.add_vline(x=x - 0.5, line={"dash": "dash", "color": OKABE_ITO["reddish purple"], "width": 1.5})
-    fig.add_annotation(x=x - 0.5, y=1, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
-                       font={"size": 11, "color": OKABE_ITO["reddish purple"]},
-                       text=f"leaves {html.escape(reference.decoder)} here: "
-                            f"{html.escape(repr(trace.nodes[chosen[split]].text))} where it has {html.escape(their_text)}")
+    return (f"leaves {html.escape(reference.decoder)} at step {x:.0f}: "
+            f"{html.escape(repr(trace.nodes[chosen[split]].text))} for {html.escape(their_text)}")
 
 
 def _token_text(trace: WhisperTrace, token: int) -> str:

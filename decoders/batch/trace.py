@@ -96,7 +96,7 @@ class BatchTrace(list):
 
 
 def _tau(row: Trace) -> float | None:
-    """The row's τ: from its totals once finished, else tokens so far over its rounds so far (one target forward each)."""
+    """The row's τ: its totals' once finished, else tokens so far over rounds so far (one target forward each)."""
     if row.totals.get("tau") is not None:
         return row.totals["tau"]
     return len(row.output_ids) / len(row.rounds) if row.rounds else None

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 from .. import cache as kv
 from ..runner import CachedModel
 from ..selfdraft.heads import ExitBlock
-from ..selfdraft.stem import causal_mask, stem_layers, target_rotary, upper_layers, run_layers
+from ..selfdraft.stem import causal_mask, step_mask, stem_layers, target_rotary, upper_layers, run_layers
 from .base import Drafter, Proposal, draft_chain
 
 
@@ -44,7 +44,7 @@ class EarlyExitDrafter(Drafter):
         ids = torch.tensor([tokens], device=self.target.device)  # (1, n)
         hidden = self.target.model.get_input_embeddings()(ids)  # (1, n, d)
         positions = torch.arange(past, past + len(tokens), device=ids.device)[None]  # (1, n)
-        mask = causal_mask(len(tokens), past, hidden.dtype, ids.device)  # (1, 1, n, past + n)
+        mask = step_mask(len(tokens), past, hidden.dtype, ids.device)  # (1, 1, n, past + n)
         return run_layers(self.stem, hidden, positions, mask, self.rotary, self.target.cache)[0]  # (n, d)
 
     @torch.inference_mode()
@@ -53,7 +53,7 @@ class EarlyExitDrafter(Drafter):
         hidden = torch.stack(rows)[None]  # (1, n, d)
         past = self.block_cache.get_seq_length()
         positions = torch.arange(past, past + len(rows), device=hidden.device)[None]  # (1, n)
-        logits = self.block(hidden, positions, causal_mask(len(rows), past, hidden.dtype, hidden.device),
+        logits = self.block(hidden, positions, step_mask(len(rows), past, hidden.dtype, hidden.device),
                             self.block_cache)[0, -1]  # (N|V,)
         self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.block_cache))
         if self.block.vocab.vocab_ids is None:
@@ -98,7 +98,7 @@ class EarlyExitDrafter(Drafter):
         h = torch.stack(self.rows)[None]  # (1, N+1, d)
         past = target.cache.layers[-1].get_seq_length()  # the upper layers' length: the committed context
         positions = torch.arange(past, past + h.shape[1], device=h.device)[None]  # (1, N+1)
-        mask = causal_mask(h.shape[1], past, h.dtype, h.device)  # (1, 1, N+1, past + N+1)
+        mask = step_mask(h.shape[1], past, h.dtype, h.device)  # (1, 1, N+1, past + N+1)
         top = run_layers(self.upper, h, positions, mask, self.rotary, target.cache)  # (1, N+1, d)
         features = target.model.get_decoder().norm(top)[0]  # (N+1, d)
         target._note_peak()

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from ..selfdraft.heads import Prophet
-from ..selfdraft.stem import causal_mask
+from ..selfdraft.stem import step_mask
 from ..tree import DraftTree
 from .base import Drafter, DraftStop, Proposal, draft_chain
 
@@ -39,13 +39,15 @@ class ProphetDrafter(Drafter):
         first = [True]
 
         def step(tokens: list[int]) -> torch.Tensor:
-            embedded = self.model.embed(torch.tensor(tokens, device=self.feature.device))  # (n, d)
-            if first[0]:  # [W f_t, E(x_{t+1})]
-                embedded = torch.cat([self.model.first_input(self.feature)[None], embedded])  # (n+1, d)
+            ids = torch.tensor(tokens, device=self.feature.device)  # (n,)
+            if first[0]:  # [W [f_t ; E(x_{t+1})]]: the pending token joins the feature in one input
+                embedded = self.model.first_input(self.feature[None], ids[:1])  # (1, d)
                 first[0] = False
+            else:
+                embedded = self.model.embed(ids)  # (n, d)
             past, n = cache.get_seq_length(), embedded.shape[0]
             positions = torch.arange(past, past + n, device=embedded.device)[None]  # (1, n)
-            logits = self.model(embedded[None], positions, causal_mask(n, past, embedded.dtype, embedded.device),
+            logits = self.model(embedded[None], positions, step_mask(n, past, embedded.dtype, embedded.device),
                                 cache)[0, -1]  # (N|V,)
             return self._full(logits)
 

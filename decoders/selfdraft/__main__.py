@@ -41,8 +41,9 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--draft-vocab", type=int, default=8192, help="N most frequent training tokens (0: all)")
     train.add_argument("--max-minutes", type=float, default=10.0)
     train.add_argument("--max-steps", type=int, default=0)
-    train.add_argument("--lr", type=float, default=5e-4)
-    train.add_argument("--batch-tokens", type=int, default=2048)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--batch-tokens", type=int, default=1024)
+    train.add_argument("--warmup", type=int, default=5, help="warm-up steps")
     train.add_argument("--eval-every", type=float, default=3.0, help="minutes")
     train.add_argument("--depths", type=int, default=5)
     train.add_argument("--save-dtype", choices=("float32", "float16"), default="float32")
@@ -110,7 +111,7 @@ def run_train(args, argv) -> int:
     from ..eagle.card import hardware
     from . import card, store
     from .heads import ExitBlock, Prophet
-    from .train import exit_alpha, prophet_alpha, train_exit, train_prophet
+    from .train import exit_alpha, init_exit, init_prophet, prophet_alpha, train_exit, train_prophet
 
     started = time.perf_counter()
     lm = _load(args)
@@ -119,7 +120,7 @@ def run_train(args, argv) -> int:
         raise ValueError(f"{args.features} holds features of {data['target']}, not {lm.name}")
     frequent = data["frequent"]
     vocab_ids = torch.sort(frequent[: args.draft_vocab]).values if args.draft_vocab else None
-    settings = FitSettings(lr=args.lr, max_minutes=args.max_minutes, max_steps=args.max_steps,
+    settings = FitSettings(lr=args.lr, max_minutes=args.max_minutes, max_steps=args.max_steps, warmup_steps=args.warmup,
                            eval_every_minutes=args.eval_every, seed=args.seed)
     log = lambda line: print(line, flush=True)
     if args.init:  # continue training saved weights (a sweep's winner); its shape and vocabulary win
@@ -130,14 +131,18 @@ def run_train(args, argv) -> int:
     if args.kind == "early-exit":
         if args.exit_layer not in data["stems"]:
             raise ValueError(f"the features hold stems {data['stems']}; record with --stems including {args.exit_layer}")
-        model = model if args.init else ExitBlock(lm.model, args.exit_layer, vocab_ids=vocab_ids)
+        if not args.init:
+            model = ExitBlock(lm.model, args.exit_layer, vocab_ids=vocab_ids)
+            init_exit(model, data["train"])  # the tuned-lens start (train.lens_init)
         initial = exit_alpha(model, data["heldout"], args.depths)
-        log(("start (from --init)" if args.init else "untrained (block = copy of target layer k)") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
+        log(("start (from --init)" if args.init else "fitted lens, before training") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_exit(model, data["train"], data["heldout"], settings, args.batch_tokens, args.depths, log)
     else:
-        model = model if args.init else Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
+        if not args.init:
+            model = Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
+            init_prophet(model, data["train"])
         initial = prophet_alpha(model, data["heldout"], args.depths)
-        log("untrained: α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
+        log(("start (from --init)" if args.init else "fitted lens, before training") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_prophet(model, data["train"], data["heldout"], settings, args.gamma, args.batch_tokens,
                                 args.depths, log)
     final = history.evals[-1][1]
@@ -154,7 +159,8 @@ def run_train(args, argv) -> int:
             "tokens_seen": history.tokens_seen, "lr": args.lr, "batch_tokens": args.batch_tokens,
             "draft_vocab": model.vocab.size, "hardware": hardware(torch.device("cpu")), "command": command,
             "save_dtype": args.save_dtype, "params": sum(p.numel() for p in model.parameters()),
-            "evals": history.evals, "total_seconds": time.perf_counter() - started}
+            "evals": history.evals, "total_seconds": time.perf_counter() - started,
+            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training"}
     store.save(model, out, getattr(torch, args.save_dtype), {k: v for k, v in info.items() if k != "evals"})
     info["size_mb"] = (out / "model.safetensors").stat().st_size / 1e6
     save_curves(history, out, f"{args.kind} for {lm.name}: {model.meta()}")

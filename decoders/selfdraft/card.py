@@ -5,11 +5,13 @@ from .store import train_command
 
 _WHAT = {
     "early-exit": "the target's first {k} layers (shared: their KV and hidden states for drafted tokens are reused by "
-                  "verification) -> one trained {layer} (initialised from a copy of target layer {k}) -> a trained copy "
-                  "of the target's final norm -> the target's LM head",
-    "prophet": "[W f_t, E(x_t+1), E(d_2), ...] -> {n} trained {layer}(s) (initialised from copies of the target's last "
-               "{n}) -> a trained copy of the final norm -> the target's LM head; f_t = the target's last hidden "
-               "state at the last accepted position; no other context",
+                  "verification) -> a trained linear adapter (started as the least-squares map to the target's top feature) "
+                  "-> one trained {layer} (started from target layer {k}, as an identity) -> a trained copy of the "
+                  "target's final norm -> the target's LM head",
+    "prophet": "[W [f_t ; E(x_t+1)], E(d_2), ...] -> {n} trained {layer}(s) (started from copies of the target's "
+               "last {n}, as identities; W the least-squares map to the next feature) -> a trained copy of the final "
+               "norm -> the target's LM head; f_t = the target's last hidden state at the last accepted position; no "
+               "other context",
 }
 
 
@@ -30,7 +32,7 @@ Draft = {what}. Shape: {shape}; {info['params']:,} trained parameters, stored as
 
 | | {' | '.join(str(d + 1) for d in range(depths))} |
 |---|{'---|' * depths}
-| untrained | {row(initial)} |
+| {info.get('initial_label', 'fitted lens, before training')} | {row(initial)} |
 | trained | {row(final)} |
 
 Expected accepted drafts per chain of {depths}: {final['mean_accepted']:.2f}.

@@ -3,10 +3,14 @@
 ExitBlock (early exit): h_k, the hidden state after the target's first k layers -> one decoder layer (its own,
 initialised from a copy of target layer k) -> a copy of the target's final norm -> the target's LM head.
 
-Prophet: [W f_t, E(x_{t+1}), E(d_2), ...] -> n_layers decoder layers (copies of the target's last layers to start)
--> a copy of the final norm -> the target's LM head. f_t is the target's last hidden state (after its final norm)
-at the last accepted position, x_{t+1} the token the target just chose; output i >= 1 predicts token t+1+i. It has
-no other context: its own cache lives for one round.
+Prophet: [W [f_t ; E(x_{t+1})], E(d_2), E(d_3), ...] -> n_layers decoder layers -> a copy of the final norm -> the
+target's LM head. f_t is the target's last hidden state (after its final norm) at the last accepted position,
+x_{t+1} the token the target just chose; output i predicts draft i+1 (token t+2+i). It has no other context: its
+own cache lives for one round.
+
+Initialisation (train.lens_init): the layers start as identities (zeroed output projections) and the linear input
+map (ExitBlock.adapter, Prophet.proj) is the least-squares fit to the target's next feature (a "tuned lens"), with
+the norm's weight set to the features' RMS: before any gradient step the draft is the best linear read-out.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import copy
 import torch
 from torch import nn
 
+from .. import kernels
 from ..runner import decoder_layers
 from .stem import DraftVocab, Rotary, check_full_attention
 
@@ -34,7 +39,9 @@ def _copied_layers(target: nn.Module, config, sources: list[int]) -> nn.ModuleLi
     out = nn.ModuleList()
     for i, source in enumerate(sources):
         layer = type(layers[source])(config, layer_idx=i)
-        layer.load_state_dict(layers[source].state_dict())
+        stock = copy.deepcopy(layers[source])
+        kernels.unpack(stock)  # a target on packed matmuls (decoders/kernels.py): back to nn.Linear weights
+        layer.load_state_dict(stock.state_dict())
         out.append(layer)
     return out
 
@@ -78,6 +85,9 @@ class ExitBlock(_Drafting):
         self.exit_layer = exit_layer
         self.config = _small_config(target.config, 1)
         source = exit_layer if init_layer is None else init_layer
+        self.adapter = nn.Linear(self.config.hidden_size, self.config.hidden_size, bias=True)  # fit by train.lens_init
+        nn.init.eye_(self.adapter.weight)
+        nn.init.zeros_(self.adapter.bias)
         self.layers = _copied_layers(target, self.config, [source])
         self._finish_init(target, vocab_ids)
 
@@ -85,7 +95,8 @@ class ExitBlock(_Drafting):
         """h_k (B, n, d) -> logits (B, n, N|V); cache: the block's own one-layer DynamicCache (None in training)."""
         from .stem import run_layers
 
-        return self.logits(run_layers(self.layers, hidden_k, positions, mask, self.rotary, cache))  # (B, n, N|V)
+        hidden = self.adapter(hidden_k)  # (B, n, d)
+        return self.logits(run_layers(self.layers, hidden, positions, mask, self.rotary, cache))  # (B, n, N|V)
 
     def meta(self) -> dict:
         return {"kind": self.kind, "exit_layer": self.exit_layer, "n_layers": 1}
@@ -102,24 +113,28 @@ class Prophet(_Drafting):
             raise ValueError(f"prophet layers must be in 1..{total}; got {n_layers}")
         self.config = _small_config(target.config, n_layers)
         d = self.config.hidden_size
-        self.proj = nn.Linear(d, d, bias=True)
-        nn.init.eye_(self.proj.weight)  # start as "the feature itself": it already lives in the LM head's space
-        nn.init.zeros_(self.proj.bias)
+        self.proj = nn.Linear(2 * d, d, bias=True)  # [f_t ; E(x_{t+1})] -> d; fit by train.lens_init
+        with torch.no_grad():
+            self.proj.weight.zero_()
+            self.proj.weight[:, :d] = torch.eye(d)  # before fitting: the feature itself
+            self.proj.bias.zero_()
         self.layers = _copied_layers(target, self.config, list(range(total - n_layers, total)))
         self._finish_init(target, vocab_ids)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():  # the target's embedding, frozen
-            return self.target.get_input_embeddings()(ids).to(self.proj.weight.dtype)  # (..., d)
+            return self.target.get_input_embeddings()(ids).to(self.norm.weight.dtype)  # (..., d)
 
     def forward(self, inputs: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache=None) -> torch.Tensor:
-        """inputs (B, n, d): [W f_t, E(x_{t+1}), ...] already built (see first_input / embed). -> logits (B, n, N|V)"""
+        """inputs (B, n, d): [W[f_t; E(x_{t+1})], E(d_2), ...] (see first_input / embed). -> logits (B, n, N|V);
+        output i predicts draft i+1."""
         from .stem import run_layers
 
         return self.logits(run_layers(self.layers, inputs, positions, mask, self.rotary, cache))
 
-    def first_input(self, feature: torch.Tensor) -> torch.Tensor:
-        return self.proj(feature.to(self.proj.weight.dtype))  # (..., d)
+    def first_input(self, feature: torch.Tensor, pending: torch.Tensor) -> torch.Tensor:
+        """feature (..., d): f_t; pending (...,) the token x_{t+1} the target chose. -> (..., d)"""
+        return self.proj(torch.cat([feature.to(self.norm.weight.dtype), self.embed(pending)], dim=-1))
 
     def meta(self) -> dict:
         return {"kind": self.kind, "n_layers": len(self.layers)}

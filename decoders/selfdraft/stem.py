@@ -31,6 +31,11 @@ def causal_mask(n: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     return mask[None, None]  # (1, 1, n, past + n)
 
 
+def step_mask(n: int, past: int, dtype: torch.dtype, device) -> torch.Tensor | None:
+    """causal_mask, or None for one new position (it sees every cached key; SDPA then needs no mask tensor)."""
+    return None if n == 1 else causal_mask(n, past, dtype, device)
+
+
 def padded_causal_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Causal mask for a right-padded batch without cache: keep (B, n) bool. -> (B, 1, n, n)"""
     n = keep.shape[1]

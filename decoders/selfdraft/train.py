@@ -6,8 +6,8 @@ vocabulary, renormalised there), on positions whose next token lies in an assist
     L = CE(p, q) = -sum_x p(x) log q(x)
 
 Early exit: q at position m from ExitBlock(h_k[..m]) (teacher forcing is exact here: at decode time the block
-reads the real stem over the real context). Prophet: from a start t, inputs [W f_t, E(x_{t+1}), ..., E(x_{t+γ})],
-output i (1..γ) scored against p at position t+i.
+reads the real stem over the real context). Prophet: from a start t, inputs [W[f_t; E(x_{t+1})], E(x_{t+2}), ...,
+E(x_{t+γ})], output i (0..γ-1) scored against p at position t+1+i.
 
 Held-out α(d) = P(depth-d draft equals the target's argmax | depths 1..d-1 did), greedy, on data-token context.
 """
@@ -45,6 +45,48 @@ def alpha_from(reached: torch.Tensor, chains: int) -> dict:
     depths = len(reached) - 1
     alpha = [float(reached[d] / reached[d - 1]) if reached[d - 1] > 0 else 0.0 for d in range(1, depths + 1)]
     return {"alpha": alpha, "mean_accepted": float(reached[1:].sum() / max(chains, 1)), "chains": chains}
+
+
+# ---------------------------------------------------------------------------------------------- initialisation
+
+@torch.no_grad()
+def lens_init(model, linear: torch.nn.Linear, inputs: torch.Tensor, wanted: torch.Tensor, ridge: float = 1e-3) -> None:
+    """Fit `linear` to map inputs (T, a) to wanted (T, d) by ridge least squares; zero the layers' output projections
+    (each layer starts as the identity) and set the norm's weight to wanted's RMS, so norm(linear(x)) ≈ wanted."""
+    x = torch.cat([inputs.double(), torch.ones(len(inputs), 1, dtype=torch.float64)], dim=1)  # (T, a+1)
+    y = wanted.double()  # (T, d)
+    gram = x.T @ x  # (a+1, a+1)
+    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=torch.float64)
+    solution = torch.linalg.solve(gram, x.T @ y)  # (a+1, d)
+    linear.weight.copy_(solution[:-1].T.to(linear.weight.dtype))
+    linear.bias.copy_(solution[-1].to(linear.bias.dtype))
+    for layer in model.layers:
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+    rms = y.pow(2).mean(-1).sqrt().mean()
+    model.norm.weight.fill_(float(rms))
+
+
+def _sample_rows(data: list[Recorded], limit: int, seed: int = 0) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    rows = [(s, t) for s, r in enumerate(data) for t in range(len(r.ids) - 1)]
+    return rng.sample(rows, min(limit, len(rows)))
+
+
+def init_exit(block: ExitBlock, data: list[Recorded], limit: int = 20_000) -> None:
+    rows = _sample_rows(data, limit)
+    h = torch.stack([data[s].stems[block.exit_layer][t] for s, t in rows]).float()  # (T, d)
+    f = torch.stack([data[s].final[t] for s, t in rows]).float()  # (T, d)
+    lens_init(block, block.adapter, h, f)
+
+
+def init_prophet(model: Prophet, data: list[Recorded], limit: int = 20_000) -> None:
+    """proj([f_t ; E(x_{t+1})]) fitted to f_{t+1}: the first draft's feature."""
+    rows = [(s, t) for s, t in _sample_rows(data, limit) if t + 1 < len(data[s].ids)]
+    f = torch.stack([data[s].final[t] for s, t in rows]).float()  # (T, d)
+    e = model.embed(torch.tensor([int(data[s].ids[t + 1]) for s, t in rows])).float()  # (T, d)
+    wanted = torch.stack([data[s].final[t + 1] for s, t in rows]).float()  # (T, d)
+    lens_init(model, model.proj, torch.cat([f, e], dim=1), wanted)
 
 
 # ---------------------------------------------------------------------------------------------- early exit
@@ -136,11 +178,13 @@ def _starts(data: list[Recorded], gamma: int) -> list[tuple[int, int]]:
 
 
 def _prophet_batch(model: Prophet, data: list[Recorded], picks: list[tuple[int, int]], gamma: int):
-    """inputs (B, γ+1, d), labels' features (B, γ, d), greedy wanted (B, γ), weight (B, γ)."""
+    """inputs (B, γ, d), labels' features (B, γ, d), greedy wanted (B, γ), weight (B, γ). Output i predicts token
+    t+2+i, i.e. the target's distribution at position t+1+i."""
     device, dtype = model.proj.weight.device, model.proj.weight.dtype
     feats = torch.stack([data[s].final[t] for s, t in picks]).to(device, dtype)  # (B, d): f_t
     tokens = torch.stack([data[s].ids[t + 1 : t + 1 + gamma] for s, t in picks]).to(device)  # (B, γ): x_{t+1..t+γ}
-    inputs = torch.cat([model.first_input(feats)[:, None], model.embed(tokens)], dim=1)  # (B, γ+1, d)
+    first = model.first_input(feats, tokens[:, 0])  # (B, d)
+    inputs = torch.cat([first[:, None], model.embed(tokens[:, 1:])], dim=1)  # (B, γ, d)
     final = torch.stack([data[s].final[t + 1 : t + 1 + gamma] for s, t in picks]).to(device, dtype)  # (B, γ, d)
     wanted = torch.stack([data[s].greedy[t + 1 : t + 1 + gamma] for s, t in picks])  # (B, γ)
     weight = torch.stack([data[s].loss_mask[t + 2 : t + 2 + gamma] for s, t in picks]).to(device, dtype)  # (B, γ)
@@ -149,8 +193,8 @@ def _prophet_batch(model: Prophet, data: list[Recorded], picks: list[tuple[int, 
 
 def prophet_forward(model: Prophet, inputs: torch.Tensor) -> torch.Tensor:
     n = inputs.shape[1]
-    positions = torch.arange(n, device=inputs.device).expand(inputs.shape[0], -1)  # (B, γ+1)
-    return model(inputs, positions, causal_mask(n, 0, inputs.dtype, inputs.device))[:, 1:]  # (B, γ, N)
+    positions = torch.arange(n, device=inputs.device).expand(inputs.shape[0], -1)  # (B, γ)
+    return model(inputs, positions, causal_mask(n, 0, inputs.dtype, inputs.device))  # (B, γ, N)
 
 
 def train_prophet(model: Prophet, train: list[Recorded], heldout: list[Recorded], settings: FitSettings,

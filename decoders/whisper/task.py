@@ -46,10 +46,7 @@ class TracedTask(DecodingTask):
         self.decoder = make_decoder(self, options)
         self.stop_check = StopCheck(should_stop or (lambda: False))
         self.logit_filters = [self.stop_check, *self.logit_filters]
-
-    def _get_audio_features(self, mel):
-        self.audio_features = super()._get_audio_features(mel)  # (1, n_audio_ctx, d): kept for lookahead rollouts
-        return self.audio_features
+        self.audio_features: torch.Tensor | None = None  # (1, n_audio_ctx, d): set by transcribe, read by rollouts
 
 
 def decoding_options(options: WhisperOptions) -> DecodingOptions:
@@ -83,8 +80,10 @@ def transcribe(clip: Clip, options: WhisperOptions, decoder=None,
         task = TracedTask(loaded.model, options, should_stop)
         if decoder is not None:
             task.decoder = decoder(task)
-        start = time.perf_counter()
-        result = task.run(mel_for(loaded.model, clip)[None])[0]
+        start = time.perf_counter()  # the encoder counts in the decode time, as it does in whisper.decode
+        with torch.no_grad():
+            task.audio_features = loaded.model.embed_audio(mel_for(loaded.model, clip)[None])  # (1, n_audio_ctx, d)
+        result = task.run(task.audio_features)[0]  # whisper skips its encoder when handed encoded features
         seconds = time.perf_counter() - start
     return build_trace(task, result, options, clip, seconds)
 

@@ -20,17 +20,18 @@ from decoders.trace import TraceError
 from app.figures.batch import batch_stats_html, lanes_html, throughput_figure, why_sentences
 from app.figures.rule import rounds_figure
 from app.figures.stats import stats_html
-from app.figures.text import provenance_spans
+from app.figures.text import legend_html, provenance_spans
 from app.figures.tree import tree_figure
 from app.shared import loading
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.session import RunSession
+from app.tabs.generate.views import interesting_round
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
-OUTPUTS = ("status", "error", "lanes", "stats", "row_title", "row_text", "row_stats", "tree", "rounds", "slider",
-           "state", "row")
-ROW_OUTPUTS = ("lanes", "row_title", "row_text", "row_stats", "tree", "rounds", "slider", "row")
+OUTPUTS = ("status", "error", "lanes", "stats", "row_title", "row_text", "legend", "row_stats", "tree", "rounds",
+           "slider", "state", "row")
+ROW_OUTPUTS = ("lanes", "row_title", "row_text", "legend", "row_stats", "tree", "rounds", "slider", "row")
 STREAM_EVERY = 0.25  # s between two drawn rounds while a batch streams (the last one is always drawn)
 METHODS = {"batched speculative": "speculative", "batched baseline": "baseline"}
 EXAMPLE_PROMPTS = "\n".join([
@@ -157,11 +158,15 @@ def row_views(batch: BatchTrace, row: int, index: int | None = None) -> dict:
     row = max(0, min(int(row), len(batch) - 1))
     trace = batch[row]
     n = len(trace.rounds)
-    index = n - 1 if index is None else max(0, min(int(index), n - 1))
+    if index is None:  # a finished row opens on a round worth looking at (the Generate tab's choice)
+        index = interesting_round(trace) if trace.stop_reason else n - 1
+    index = max(0, min(int(index), n - 1))
     return {"lanes": lanes_html(batch, row), "row": row,
             "row_title": f"**Row {row + 1}**: “{_short(trace.prompt)}” · {len(trace.output_ids)} tokens in {n} "
                          f"rounds · stop: {trace.stop_reason or 'decoding'}",
-            "row_text": provenance_spans(trace), "row_stats": stats_html(trace),
+            # the legend without a round outline: legend_html's outline CSS targets the Generate tab's text
+            "row_text": provenance_spans(trace), "legend": legend_html(),
+            "row_stats": stats_html(trace),
             "tree": tree_figure(trace, index if n else None), "rounds": rounds_figure(trace, index if n else None),
             "slider": gr.update(minimum=1, maximum=max(n, 2), value=index + 1, step=1, interactive=n > 1)}
 

@@ -8,7 +8,8 @@ from decoders.batch import batched_drafters
 from app.figures.batch import LANES_JS, lanes_html, throughput_figure
 from app.shared.hosting import registry_only
 from app.shared.session import RunSession
-from app.shared.theme import empty_figure
+from app.shared.theme import PROVENANCE_COLORS, empty_figure
+from app.figures.text import legend_html
 from app.shared.wiring import as_tuple
 from app.tabs.batch import handlers
 
@@ -54,19 +55,20 @@ def build() -> None:
            "stats": gr.HTML("", elem_id="bt-stats")}
     out["row_title"] = gr.Markdown("", elem_id="bt-row-title")
     out["row_text"] = gr.HighlightedText(label="this row's text, coloured by where each token came from",
-                                         elem_id="bt-row-text", combine_adjacent=False, show_legend=False)
+                                         color_map=PROVENANCE_COLORS, show_legend=False, show_inline_category=False,
+                                         combine_adjacent=False, interactive=False, elem_id="bt-row-text")
+    out["legend"] = gr.HTML(legend_html(), elem_id="bt-legend")
     out["slider"] = gr.Slider(1, 2, value=1, step=1, label="round of this row", elem_id="bt-round")
     with gr.Row():
         out["tree"] = gr.Plot(empty_figure("Run a batch, then click a lane: that row's round opens here."),
-                              label="the row's round", elem_id="bt-tree")
+                              label="the row's round", elem_id="bt-tree", min_width=360)
         out["rounds"] = gr.Plot(empty_figure("That row's rounds open here."), label="the row's rounds",
-                                elem_id="bt-rounds")
+                                elem_id="bt-rounds", min_width=360)
     out["row_stats"] = gr.HTML("", elem_id="bt-row-stats")
     out["state"] = gr.State(None)
     out["row"] = gr.State(0)
     with gr.Accordion("Throughput: tokens/s against B", open=True):
-        source = gr.Radio(["recorded", "measure here"], value="recorded", label="figures", elem_id="bt-source")
-        measure = gr.Button("Measure here (B = 1, 2, 4; about a minute on SmolLM2)", elem_id="bt-measure")
+        measure = gr.Button("Measure here: B = 1, 2, 4 on the prompts above, now", elem_id="bt-measure")
         rows, grid, where = handlers.recorded_throughput("smollm2-135m")
         first = handlers.throughput_views(rows, grid, where)
         throughput = gr.Plot(first["throughput"], label="tokens/s against B", elem_id="bt-throughput")
@@ -105,11 +107,9 @@ def build() -> None:
     measure.click(measure_fn, [prompts, model, drafter, max_tokens, session], [throughput, why],
                   concurrency_limit=1, concurrency_id="decode", api_name="batch_measure")
 
-    def recorded_fn(choice, mo):
-        if choice != "recorded":
-            return gr.skip(), gr.skip()
+    def recorded_fn(mo):  # another target: its recorded figures (bench/results/batch-<target>.json), if any
         result = handlers.throughput_views(*handlers.recorded_throughput(mo))
         return result["throughput"], result["why"]
 
-    source.input(recorded_fn, [source, model], [throughput, why], api_name="batch_recorded")
+    model.input(recorded_fn, [model], [throughput, why], api_name="batch_recorded")
 

@@ -23,6 +23,7 @@ from app.figures.whisper import beam_figure, results_html
 from app.figures.forest import forest_figure
 from app.figures.rule import positions_figure
 from app.figures.search import growth_figure
+from app.figures.self_draft import exit_figure
 from app.figures.tree import empty_figure, tree_figure
 from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
 from app.tabs.generate.views import interesting_round, read_trace_file, tree_beats_chain_round
@@ -91,8 +92,12 @@ def _whisper_search(recorded: WhisperSet) -> go.Figure:
     return beam_figure(shown, None, first if shown is not first else None)
 
 
+def _self_draft(trace: Trace) -> go.Figure:
+    return exit_figure(trace) or empty_figure("This trace was not drafted by early exit or a prophet.")
+
+
 FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure,
-           "growth": _growth, "forest": _forest, "whisper": _whisper_search}
+           "growth": _growth, "forest": _forest, "whisper": _whisper_search, "self_draft": _self_draft}
 
 LESSONS: list[Lesson] = [
     Lesson("1. One token per forward", "Baseline",
@@ -156,6 +161,17 @@ LESSONS: list[Lesson] = [
            "t(γ+1) = t(1): nearly true on a GPU, false on a small CPU, where t(n) grows with n. The Race tab "
            "and the Claims tab show the measured numbers next to this prediction.",
            "speedup", "lookup-code-edit.json"),
+    Lesson("9. Drafting from inside the target: early exit, prophet, EAGLE head", "Self-drafting",
+           "A drafter need not be a second model: the target can draft for itself. **Early exit** runs only the "
+           "target's first k layers, then one small trained block and the target's own LM head. Those first k "
+           "layers are **shared**: the draft already wrote their cache and outputs for every drafted token, so "
+           "verification runs only layers k+1..L (blue: shared; grey: verification only; orange: the trained "
+           "block). A **prophet** is a small trained decoder fed the target's last hidden state; it then drafts "
+           "on its own, cheaply but with no context of its own. An **EAGLE head** (lesson 5) sits between them: "
+           "one trained layer that reads the target's hidden features at every position. All three are trained on "
+           "the target's own outputs (`python -m decoders.selfdraft train`), and all three stay exact: the target "
+           "verifies every token. bench/results/self-drafters-smollm2-135m.md compares them.",
+           "self_draft", "early-exit-chat.json"),
 ]
 
 

@@ -69,6 +69,10 @@ def build() -> dict:
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
            "step": gr.Slider(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
+    gr.Markdown("**Beam trees**, one per decoder, stacked on one step axis: black = the path of the chosen "
+                "transcript, faded = candidates the search dropped; a dashed purple line marks the token where a "
+                "decoder leaves the first decoder's transcript. ␣ is a space at the start of a token. Hover a node "
+                "for its log-probability and score.", elem_id="sw-trees-help")
     with gr.Column(elem_id="sw-trees"):  # stacked full width: steps line up across trees, nothing cut on a phone
         for i, name in enumerate(TREES):
             out[name] = gr.Plot(None, visible=False, elem_id=f"sw-tree-{i}", show_label=False)
@@ -92,8 +96,13 @@ def _wire(c: dict, out: dict, session, run_btn, stop_btn) -> None:
         finally:  # Gradio closes run_fn when the page goes away or the job is cancelled: close the decode now
             results.close()
 
+    def admit_fn(*args):  # the validator runs when Gradio queues the click: Stop can then cancel a queued run
+        if isinstance(args[-1], RunSession):
+            args[-1].admit()
+        return [gr.validate(True, "") for _ in args]
+
     run_btn.click(run_fn, [c[n] for n in RUN_INPUTS] + [session], [out[n] for n in OUTPUTS], concurrency_limit=1,
-                  concurrency_id="whisper", api_name="whisper_transcribe")
+                  concurrency_id="whisper", api_name="whisper_transcribe", validator=admit_fn)
     stop_btn.click(lambda s: as_tuple(("status", "error"), out)(handlers.stop(s)), [session],
                    [out["status"], out["error"]], api_name="whisper_stop")
     tree_tuple = as_tuple(TREES, out)
