@@ -28,6 +28,7 @@ from .claim_measures import (RESULTS, Figure, Measurement, Results, adaedl_over_
                              either, leviathan_per_kind, load_results, method_is, method_mentions, ratio,
                              speedup_over_kinds, tree_speedup, whisper_wer_delta)
 from .claims_view import markdown
+from .self_drafters import speedup_of
 
 CLAIMS_MD = Path(__file__).resolve().parent / "CLAIMS.md"
 __all__ = ["CLAIMS", "Claim", "ClaimRow", "Figure", "Headline", "Measurement", "load_results", "main", "markdown",
@@ -143,6 +144,27 @@ CLAIMS: tuple[Claim, ...] = (
           "falls below x early and DDD stops sooner than on the paper's trained heads.",
           either(speedup_over_kinds(method_mentions("ddd"), "SpecLab DDD"), tree_speedup("ours/ddd")),
           Headline("trees-smollm2-135m", "ours/ddd-paper", _HEAD + " with the paper's settings (S 5,7,9, x −0.3)")),
+    Claim("Kangaroo (early exit + adapter)", "Liu et al., NeurIPS 2024, arXiv:2404.18911, abstract",
+          "Vicuna 7B, Spec-Bench, greedy, single GPU; shallow sub-network + adapter + the target's LM head",
+          "up to 1.68× on Spec-Bench", Figure(1.68, "up to 1.68×"),
+          "A 135M target on a 2-core CPU, and a block trained for minutes instead of GPU-hours.",
+          "SpecLab's early exit is Kangaroo's structure (the target's first k layers shared with verification, one "
+          "trained block, the target's LM head, a confidence stop); the block is trained for minutes on a shared "
+          "CPU on ~20k tokens, and on a CPU verifying n tokens costs more than one step.",
+          speedup_of("ours/early-exit", "SpecLab early exit"),
+          Headline("self-drafters-smollm2-135m", "ours/early-exit",
+                   "the paper's structure on SmolLM2, 6 prompts × 3 reps, beside transformers' early exit")),
+    Claim("LayerSkip (self-speculation)", "Elhoushi et al., ACL 2024, arXiv:2404.16710, abstract",
+          "Llama models trained with layer dropout + early-exit loss, GPU; CNN/DM summarization and HumanEval code",
+          "up to 2.16× on summarization, 1.82× on code", Figure(1.82, "1.82–2.16×", True),
+          "SmolLM2 was not trained for early exit; SpecLab trains an exit block instead of the whole model.",
+          "LayerSkip's speed-ups need a model trained with layer dropout and an early-exit loss; SmolLM2 was not, so "
+          "its own LM head after k layers (transformers' assistant_early_exit, in the same run) accepts little. "
+          "SpecLab's headline is its trained exit block over the same shared layers.",
+          speedup_of("ours/early-exit", "SpecLab early exit"),
+          Headline("self-drafters-smollm2-135m", "ours/early-exit",
+                   "the trained exit block over the shared layers, in the run that also times transformers' "
+                   "assistant_early_exit at the same k")),
     Claim("DSBD (speculative beams)", "Qin et al., AAAI 2025, arXiv:2409.16560, abstract",
           "Llama-2 / OPT targets, beam sampling baseline, GPU; read off Pareto fronts at equal quality",
           "1.5–1.9× faster than beam sampling", Figure(1.5, "1.5–1.9×", True),
