@@ -25,6 +25,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..training import FitSettings, History, fit
+from ..training.batches import make_batches
 from .data import Featurized
 from .head import EagleHead, causal_mask
 
@@ -55,22 +56,6 @@ class Batch:
 
 
 # ---------------------------------------------------------------------------------------------- batches
-
-def make_batches(examples: list[Featurized], batch_tokens: int, rng: random.Random) -> list[list[int]]:
-    """Groups of similar-length examples of about batch_tokens tokens each, in random order."""
-    order = sorted(range(len(examples)), key=lambda i: (len(examples[i].ids), rng.random()))
-    groups, current, longest = [], [], 0
-    for i in order:
-        n = len(examples[i].ids)
-        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
-            groups.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, n)
-    if current:
-        groups.append(current)
-    rng.shuffle(groups)
-    return groups
 
 
 def collate(examples: list[Featurized], device, dtype) -> Batch:

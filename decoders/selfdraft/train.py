@@ -18,6 +18,7 @@ import random
 import torch
 
 from ..training import FitSettings, History, fit
+from ..training.batches import make_batches
 from .heads import ExitBlock, Prophet
 from .record import Recorded
 from .stem import causal_mask, padded_causal_mask
@@ -91,21 +92,6 @@ def init_prophet(model: Prophet, data: list[Recorded], limit: int = 20_000) -> N
 
 # ---------------------------------------------------------------------------------------------- early exit
 
-def _batches(data: list[Recorded], batch_tokens: int, rng: random.Random) -> list[list[int]]:
-    order = sorted(range(len(data)), key=lambda i: (len(data[i].ids), rng.random()))
-    groups, current, longest = [], [], 0
-    for i in order:
-        n = len(data[i].ids)
-        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
-            groups.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, n)
-    if current:
-        groups.append(current)
-    rng.shuffle(groups)
-    return groups
-
 
 def _collate(items: list[Recorded], key, dtype, device):
     """(inputs (B, n, d), final (B, n, d), weight (B, n), keep (B, n)) with right padding."""
@@ -161,7 +147,7 @@ def train_exit(block: ExitBlock, train: list[Recorded], heldout: list[Recorded],
 
     def step(_):
         if not groups:
-            groups.extend(_batches(train, batch_tokens, rng))
+            groups.extend(make_batches(train, batch_tokens, rng))
         loss, tokens = exit_loss(block, [train[i] for i in groups.pop()])
         return loss, {"soft CE": loss.item()}, tokens
 
