@@ -35,7 +35,7 @@ TRACES = ASSETS / "traces"
 @dataclass(frozen=True)
 class Lesson:
     title: str
-    tab: str  # the short tab label (eight lessons fit one row of tabs on a laptop)
+    tab: str  # the short tab label (the lessons fit one row of tabs on a laptop; a picker above them on a phone)
     text: str  # a few sentences, Markdown
     figure: str  # a key of FIGURES
     trace: str = ""  # file name in assets/traces/ ("" for a figure that needs no trace)
