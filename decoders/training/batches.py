@@ -26,3 +26,23 @@ def make_batches(examples: Sequence[HasIds], batch_tokens: int, rng: random.Rand
         groups.append(current)
     rng.shuffle(groups)
     return groups
+
+
+def length_sorted_chunks(examples: Sequence[HasIds], batch_tokens: int):
+    """For recording a frozen target once: yield (chunk, ids, attention), chunks of about batch_tokens tokens in
+    length order, right-padded. ids and attention are (B, n) long tensors; attention marks the real tokens."""
+    import torch
+
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].ids))
+    start = 0
+    while start < len(order):
+        take = max(1, batch_tokens // max(len(examples[order[start]].ids), 1))
+        chunk = order[start : start + take]
+        longest = max(len(examples[i].ids) for i in chunk)
+        ids = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
+        attention = torch.zeros(len(chunk), longest, dtype=torch.long)  # (B, n)
+        for row, i in enumerate(chunk):
+            n = len(examples[i].ids)
+            ids[row, :n], attention[row, :n] = torch.as_tensor(examples[i].ids), 1
+        yield chunk, ids, attention
+        start += len(chunk)
