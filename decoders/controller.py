@@ -9,20 +9,22 @@ with the measured verification cost t(n)/t(1) of this machine (decoders/costs.py
 token. gain(0) = 1 is the baseline, so the controller drafts nothing when nothing pays. The draft-length rule it
 wraps (AdaEDL, max-confidence) still judges every position inside the cap, but its stop is priced: the rule's bound
 with its constant λ says whether a token is doubtful, and the controller stops at a doubtful position only when
-drafting it does not pay: its distribution is already computed, so the token costs only t(k+1) − t(k), and below
-the cap one more draft forward c, which buys the next token with chance α; drafting on pays when
+drafting it does not pay: its distribution is already computed, so the token costs only t(k+1) − t(k), and
+below the cap one more draft forward c, which buys the next token with chance α; drafting on pays when
 reach·a_doubt·(1 + α) ≥ rate·(c + t(k+2) − t(k)) (at the cap: reach·a_doubt ≥ rate·(t(k+1) − t(k))). reach, the
 chance the drafts before it are accepted; a_doubt, how often the target accepted doubtful drafts in this run;
-rate, the expected tokens per unit cost of the chosen cap (TreeCostRule.keep_growing's test, token by token). Why: on the Qwen pair's chat
-prompts the cap was 3 to 6 after the warm-up, yet AdaEDL at λ 0.5 (its λ moves by at most 0.001 a round) stopped
-most rounds after 1 or 2 drafts, 16 of 21 of them fully accepted, and along the greedy output the target accepted
-64% of the draft's tokens whose bound was below λ: far above the ~45% at which a draft token paid on that machine.
-AdaEDL's bound is a lower bound on acceptance, and a pair trained alike agrees more often than it says.
+rate, the expected tokens per unit cost of the chosen cap (TreeCostRule.keep_growing's test, token by token).
+Why: on the Qwen pair's chat prompts the cap was 3.6 on average after the warm-up, yet AdaEDL at λ 0.5 (its λ
+moves by at most 0.001 a round) stopped 15 of 21 rounds inside it (1.5 drafts a round), 12 of those fully
+accepted, and along the greedy output the target accepted 64% of the draft's tokens whose bound was below λ: far
+above the ~45% at which a draft token paid on that machine. AdaEDL's bound is a lower bound on acceptance, and
+at temperature 0 a pair trained alike agrees on the argmax more often than the draft's entropy suggests.
 
 α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
 machine (a costlier verification: shorter caps):
 - α: acceptances S and rejections F, decayed by `decay` per tested position, from a weak prior; a round that
-  stopped by its rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric acceptance run.
+  stopped by its rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric
+  acceptance run.
 - c: seconds per draft forward over seconds per target step, where a target step = verification seconds / t(n) of
   that round's n; an exponential moving average of the rounds' own timings (the loop reports them).
 - a_doubt (and a_sure): the same decayed counts per drafted position, split by the inner rule's verdict on it: a

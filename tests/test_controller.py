@@ -238,8 +238,8 @@ class Doubting(StaticRule):
 
 
 def test_the_controller_drafts_through_a_doubtful_position_that_pays():
-    """Chat on the Qwen pair: AdaEDL's bound doubted most positions the target then accepted, and its stop held the
-    rounds to 1 or 2 drafts under caps of 3 to 6. Once doubtful drafts have been accepted, drafting through pays
+    """Chat on the Qwen pair: AdaEDL's bound doubted positions the target then accepted, and its stop held the
+    rounds to 1.5 drafts under caps of 3.6. Once doubtful drafts have been accepted, drafting through pays
     on a flat verification curve and a cheap draft; once they are rejected, the stop stands."""
     rule = CostAwareRule(Doubting(8), t=flat, c=0.2)
     for _ in range(4):  # doubtful first positions (always drafted) accepted

@@ -118,9 +118,9 @@ def _controls() -> dict:
                                    value=d.controller, label="Draft length cap", elem_id="sl-controller",
                                    info="cost-aware: each round the cap maximises expected tokens per second from "
                                         "this machine's measured verification cost t(n) and the running acceptance "
-                                        "(a tree: how far to grow and how many nodes to send); AdaEDL and "
-                                        "max-confidence still stop early inside it. The rule panel draws each "
-                                        "round's choice.")
+                                        "(a tree: how far to grow and how many nodes to send); where AdaEDL or "
+                                        "max-confidence would stop inside it, the stop stands only if drafting "
+                                        "on does not pay. The rule panel draws each round's choice.")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
