@@ -6,7 +6,7 @@
 Every method runs on every prompt in every repetition, interleaved (bench/runner.py); speed-ups are per-repetition
 ratios against the baseline of the same prompt and repetition. EAGLE's static tree runs with SpecLab's 24-node
 shape; EAGLE-2 and DDD run with the papers' shapes (EAGLE-2: K 10, D 6, M 59; DDD: S 5,7,9, x −0.3, n 11, w 10,
-M 59), and EAGLE-2 also under the cost-aware draft controller (decoders/controller.py: it grows up to K 4, D 8 and
+M 59), and EAGLE-2 also under the cost-aware draft controller (decoders/controller.py: it grows up to K 4, D 16 and
 sends up to M 32, as far as this machine's measured t(n) and the frontier's values say it pays), because on a CPU
 verifying n tokens costs more than one (t(n) grows) while the papers measured on GPUs where t(60) ≈ t(1).
 Writes bench/results/trees-<target>.{json,md}.
@@ -49,7 +49,7 @@ def methods_for(grown_by_head: bool) -> list[Method]:
     return [ours("ours/baseline", "baseline", "baseline"), chain, *peers,
             ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
-            ours("ours/eagle2-cost", f"EAGLE-2 · {grower} · cost-aware (K4, up to D8 M32)", "eagle2", **head,
+            ours("ours/eagle2-cost", f"EAGLE-2 · {grower} · cost-aware (K4, up to D16 M32)", "eagle2", **head,
                  **CONTROLLED_TREE),
             ours("ours/ddd-paper", f"DDD · {grower} · M59, S 5,7,9, x −0.3 (paper)", "ddd", **head, **PAPER_DDD)]
 

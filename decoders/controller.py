@@ -7,14 +7,27 @@ For a chain, the cap L on this round's drafts maximises the expected committed t
 with the measured verification cost t(n)/t(1) of this machine (decoders/costs.py) in place of Leviathan's t = 1
 (Sequoia's hardware-aware form), c = one draft step / one target step, and α the acceptance probability per drafted
 token. gain(0) = 1 is the baseline, so the controller drafts nothing when nothing pays. The draft-length rule it
-wraps (AdaEDL, max-confidence) still stops early inside the cap, token by token.
+wraps (AdaEDL, max-confidence) still judges every position inside the cap, but its stop is priced: the rule's bound
+with its constant λ says whether a token is doubtful, and the controller stops at a doubtful position only when
+drafting it does not pay: its distribution is already computed, so the token costs only t(k+1) − t(k), and below
+the cap one more draft forward c, which buys the next token with chance α; drafting on pays when
+reach·a_doubt·(1 + α) ≥ rate·(c + t(k+2) − t(k)) (at the cap: reach·a_doubt ≥ rate·(t(k+1) − t(k))). reach, the
+chance the drafts before it are accepted; a_doubt, how often the target accepted doubtful drafts in this run;
+rate, the expected tokens per unit cost of the chosen cap (TreeCostRule.keep_growing's test, token by token). Why: on the Qwen pair's chat
+prompts the cap was 3 to 6 after the warm-up, yet AdaEDL at λ 0.5 (its λ moves by at most 0.001 a round) stopped
+most rounds after 1 or 2 drafts, 16 of 21 of them fully accepted, and along the greedy output the target accepted
+64% of the draft's tokens whose bound was below λ: far above the ~45% at which a draft token paid on that machine.
+AdaEDL's bound is a lower bound on acceptance, and a pair trained alike agrees more often than it says.
 
 α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
 machine (a costlier verification: shorter caps):
-- α: acceptances S and rejections F, each round decayed by `decay`, from a weak prior; a round that stopped by its
-  rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric acceptance run.
+- α: acceptances S and rejections F, decayed by `decay` per tested position, from a weak prior; a round that
+  stopped by its rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric acceptance run.
 - c: seconds per draft forward over seconds per target step, where a target step = verification seconds / t(n) of
   that round's n; an exponential moving average of the rounds' own timings (the loop reports them).
+- a_doubt (and a_sure): the same decayed counts per drafted position, split by the inner rule's verdict on it: a
+  position counts once tested (accepted, or the first rejected one). Position 1 is always drafted, so doubtful
+  positions are tested even while every stop is kept.
 When the best cap is 0 (the baseline wins), the controller still drafts one token every `probe_every` rounds: a
 run that never drafts would never learn that α or c had changed. Every round's decision, its inputs and the whole
 gain curve go into the trace (RoundRecord.rule["controller"]).
@@ -31,15 +44,24 @@ from .stats import expected_tokens
 
 MAX_CAP = 32  # longest chain the controller considers (the verification curve is measured up to 64)
 # A controlled tree's bounds: it grows up to D steps of K children and sends up to M nodes, less wherever the frontier
-# or the verification cost says more would not pay (the Race's and bench's cost-aware tree presets use these).
-TREE_BOUNDS = dict(tree_k=4, tree_depth=8, tree_m=32)
+# or the verification cost says more would not pay (the Race's and bench's cost-aware tree presets use these). D 16:
+# at D 8 every round on the Qwen pair's code prompts accepted all 8 levels (the bound, not the controller, stopped
+# it, τ 6.9 against transformers' 16 at 20 tokens); the growth test still stops shallow trees where drafts miss.
+TREE_BOUNDS = dict(tree_k=4, tree_depth=16, tree_m=32)
 
 
 @dataclass
 class AcceptanceEstimate:
-    """α from decayed counts of accepted drafts (S) and rejections (F), with a prior of `strength` pseudo-rounds."""
+    """α from decayed counts of accepted drafts (S) and rejections (F), with a prior of `strength` pseudo-rounds.
 
-    prior: float = 0.6
+    The counts decay by `decay` per drafted position tested (accepted, or the first rejected), not per round, so the
+    memory holds about as many tokens whatever the rounds' lengths. Decayed per round, short rounds forgot after a
+    few tokens: on chat one rejection pulled α down, the cap shrank, the rounds got shorter and carried less evidence
+    still (measured: caps of 2 to 3 on an α swinging 0.5 to 0.9, where 4 drafts a round paid best). The prior 0.75
+    is about the pair's overall acceptance on the bench's prompts (chat 0.8, code 0.95 and up): the first rounds
+    draft 2 or 3 tokens rather than 1."""
+
+    prior: float = 0.75
     strength: float = 2.0
     decay: float = 0.8
     successes: float = field(init=False)
@@ -55,8 +77,36 @@ class AcceptanceEstimate:
     def update(self, n_accepted: int, n_drafted: int) -> None:
         if n_drafted == 0:
             return
-        self.successes = self.decay * self.successes + n_accepted
-        self.failures = self.decay * self.failures + (1.0 if n_accepted < n_drafted else 0.0)
+        weight = self.decay ** min(n_accepted + 1, n_drafted)  # one decay per tested position
+        self.successes = weight * self.successes + n_accepted
+        self.failures = weight * self.failures + (1.0 if n_accepted < n_drafted else 0.0)
+
+
+@dataclass
+class PositionRate:
+    """How often the target accepts one class of drafted positions: decayed accepted / tested counts, with a prior
+    of `strength` positions. A position is tested when it is accepted or is the round's first rejection."""
+
+    prior: float = 0.5
+    strength: float = 2.0
+    decay: float = 0.8
+    accepted: float = field(init=False)
+    tested: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accepted, self.tested = self.prior * self.strength, self.strength
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.tested
+
+    def decay_round(self) -> None:
+        self.accepted *= self.decay
+        self.tested *= self.decay
+
+    def add(self, accepted: bool) -> None:
+        self.accepted += 1.0 if accepted else 0.0
+        self.tested += 1.0
 
 
 def gain_curve(alpha: float, c: float, t: Callable[[int], float], max_cap: int) -> list[float]:
@@ -77,6 +127,10 @@ class CostAwareRule(DraftRule):
     probe_every: int = 8
     last: dict = field(default_factory=dict)  # the latest decision, for the trace
     rounds_without_draft: int = 0
+    doubtful: PositionRate = field(default_factory=PositionRate)  # positions the inner rule would have stopped at
+    sure: PositionRate = field(default_factory=lambda: PositionRate(prior=0.8))  # the others
+    verdicts: list[bool] = field(default_factory=list)  # this round's drafted positions: doubtful?
+    overruled: int = 0  # this round's inner stops the controller found worth drafting through
 
     @property
     def name(self) -> str:  # the trace keeps the inner rule's name: its panel draws the inner rule's checks
@@ -92,20 +146,54 @@ class CostAwareRule(DraftRule):
         probe = best == 0 and self.rounds_without_draft + 1 >= self.probe_every
         cap = 1 if probe else best
         self.rounds_without_draft = 0 if cap else self.rounds_without_draft + 1
+        self.verdicts, self.overruled = [], 0
         self.last = {"cap": cap, "best": best, "probe": probe, "alpha": self.estimate.alpha, "c": self.c,
-                     "gain": curve, "t": [self.t(n) for n in range(1, self.max_cap + 2)]}
+                     "gain": curve, "t": [self.t(n) for n in range(1, self.max_cap + 2)],
+                     "a_doubt": self.doubtful.rate, "a_sure": self.sure.rate}
         schedule = getattr(self.inner, "schedule", None)
         if schedule is not None:  # AdaEDL's λ keeps still when a round fills its cap: this round's cap is L_max
             schedule.max_draft = max(cap, 1)
         return cap
 
     def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
-        return self.inner.check(position, q)
+        stop, record = self.inner.check(position, q)
+        bound, lam = record.get("bound"), record.get("lam")
+        doubtful = stop or (bound is not None and lam is not None and bound < lam)  # position 1: what it would say
+        if stop:
+            worth, price = self._marginal(position)
+            stop = worth < price
+            record = {**record, "stop": stop, "worth": worth, "price": price}
+            self.overruled += 0 if stop else 1
+        if not stop:
+            self.verdicts.append(doubtful)
+        return stop, record
+
+    def _marginal(self, position: int) -> tuple[float, float]:
+        """What drafting through a doubtful `position` is worth and costs, in expected tokens and target steps.
+
+        Its distribution is already paid for (the check reads it), so the token itself costs only its verification,
+        t(k+1) − t(k); below the cap, drafting it also pays c for the next position's forward, which buys that
+        position's token with chance α more. It pays when tokens per step beat the chosen cap's rate."""
+        reach = 1.0
+        for doubtful in self.verdicts:
+            reach *= (self.doubtful if doubtful else self.sure).rate
+        token = reach * self.doubtful.rate
+        worth, steps = token, self.t(position + 1) - self.t(position)
+        if position < self.last.get("cap", position):
+            worth += token * self.estimate.alpha
+            steps += self.c + self.t(position + 2) - self.t(position + 1)
+        rate = self.last["gain"][self.last["cap"]] if self.last else 1.0
+        return worth, rate * steps
 
     def update(self, n_accepted: int, n_drafted: int) -> dict:
         self.estimate.update(n_accepted, n_drafted)
+        if n_drafted > 0:
+            for rate in (self.doubtful, self.sure):
+                rate.decay_round()
+            for k, doubtful in enumerate(self.verdicts[: n_accepted + 1]):  # the accepted and the first rejected
+                (self.doubtful if doubtful else self.sure).add(k < n_accepted)
         inner = self.inner.update(n_accepted, n_drafted)
-        return {**inner, "controller": dict(self.last)}
+        return {**inner, "controller": {**self.last, "overruled": self.overruled}}
 
     def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
         """The round's own timings: a draft forward's seconds over a target step's (verify seconds / t(n))."""

@@ -224,3 +224,52 @@ def test_the_statistical_test_catches_a_wrong_residual_in_a_controlled_tree(smal
     counts = sampled_pairs(options, small["target"], small["unrelated"], 300)
     pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
     assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
+
+
+# ---- the inner rule's stop is priced, and α's memory is counted in tokens ---------------------------------------
+
+class Doubting(StaticRule):
+    """An inner rule whose bound is below its λ at every position (it would stop at each one after the first)."""
+
+    name = "adaedl"
+
+    def check(self, position, q):
+        return position > 1, {"position": position, "bound": 0.3, "lam": 0.5, "stop": position > 1}
+
+
+def test_the_controller_drafts_through_a_doubtful_position_that_pays():
+    """Chat on the Qwen pair: AdaEDL's bound doubted most positions the target then accepted, and its stop held the
+    rounds to 1 or 2 drafts under caps of 3 to 6. Once doubtful drafts have been accepted, drafting through pays
+    on a flat verification curve and a cheap draft; once they are rejected, the stop stands."""
+    rule = CostAwareRule(Doubting(8), t=flat, c=0.2)
+    for _ in range(4):  # doubtful first positions (always drafted) accepted
+        rule.limit()
+        assert rule.check(1, None)[0] is False
+        rule.update(2, 2)
+    assert rule.limit() >= 3
+    rule.check(1, None)
+    stop, record = rule.check(2, None)
+    assert stop is False and record["worth"] > record["price"]
+    assert rule.update(3, 3)["controller"]["overruled"] >= 1
+    for _ in range(6):  # now the doubtful positions are rejected
+        rule.limit()
+        rule.check(1, None)
+        rule.update(0, 1)
+    rule.estimate = AcceptanceEstimate(prior=0.95)  # while the other positions are accepted: the cap stays long
+    assert rule.limit() >= 3
+    rule.check(1, None)
+    stop, record = rule.check(2, None)
+    assert stop is True and record["worth"] < record["price"]
+
+
+def test_alpha_forgets_per_tested_token_not_per_round():
+    """A rejection is forgotten after as many tested tokens in 1-token rounds as in one long round: the memory is in
+    tokens, so short rounds (chat) do not let one rejection hold the cap down for longer than long rounds do."""
+    short, long = AcceptanceEstimate(), AcceptanceEstimate()
+    for estimate in (short, long):
+        estimate.update(0, 1)  # one rejection each
+    for _ in range(8):
+        short.update(1, 1)
+    long.update(8, 8)
+    assert short.failures == pytest.approx(long.failures)
+    assert short.failures < 0.25  # eight tested tokens later the rejection weighs 0.8^8 (1.4 · 0.17)

@@ -98,7 +98,9 @@ def controller_sentence(rnd) -> str:
     head = (f"probe: drafted up to 1 although drafting nothing gains most ({gain[0]:.2f})" if decision.get("probe")
             else f"cap {cap}: expected {gain[cap]:.2f} tokens per unit cost")
     stopped = f"; drafted {rnd.n_drafted}" + (" (the rule stopped inside the cap)" if rnd.n_drafted < cap else "")
-    return head + tail + stopped
+    through = decision.get("overruled", 0)  # doubtful positions the controller found worth drafting
+    priced = f", {through} of them where the rule would have stopped" if through else ""
+    return head + tail + stopped + priced
 
 
 def controller_figure(trace: Trace, index: int, height: int = 340) -> go.Figure:
