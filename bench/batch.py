@@ -38,13 +38,28 @@ BATCHES = (1, 2, 4, 8)
 SETS = {"chat": "chat", "code-editing": "code-editing"}  # set name -> prompt kind in assets/bench
 
 
-def methods_for(has_draft: bool) -> dict[str, DecodeOptions]:
-    """Our methods: the batched baseline and speculative decoding with prompt lookup and a model drafter."""
+def methods_for(has_draft: bool, self_drafted: str | None = None) -> dict[str, DecodeOptions]:
+    """Our methods: the batched baseline and speculative decoding with prompt lookup and a model drafter; early
+    exit too when self_drafted names a target with trained early-exit weights (decoders/selfdraft: "auto" finds
+    them by the options' model name)."""
     base = DecodeOptions(dtype="float32", record=False)
     drafter = {"draft-model": replace(base, method="speculative", drafter="draft-model", gamma=4)} if has_draft else \
         {"layer-skip": replace(base, method="speculative", drafter="layer-skip", gamma=2)}
+    if self_drafted:
+        drafter["early-exit"] = replace(base, model=self_drafted, method="speculative", drafter="early-exit",
+                                        rule="adaedl")
     return {"baseline": replace(base, method="baseline"),
             "prompt-lookup": replace(base, method="speculative", drafter="prompt-lookup", gamma=5), **drafter}
+
+
+def has_self_weights(kind: str, target: str) -> bool:
+    from decoders.selfdraft import store
+
+    try:
+        store.locate(kind, target)
+    except store.WeightsMissing:
+        return False
+    return True
 
 
 def set_prompts(kind: str, encode, max_batch: int) -> list[dict]:
@@ -178,7 +193,8 @@ def main(argv=None) -> int:
     models = {"target": load_model(args.target, dtype="float32")}
     if draft_name:
         models["draft"] = load_model(draft_name, dtype="float32")
-    methods = methods_for(draft_name is not None)
+    methods = methods_for(draft_name is not None,
+                          args.target if has_self_weights("early-exit", args.target) else None)
     began = time.monotonic()
     grid = t_grid(models["target"])
     rows, peers, assisted, alone = [], [], {}, {}

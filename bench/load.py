@@ -21,6 +21,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -88,6 +89,20 @@ def start_server(port: int, budget_gb: float | None) -> subprocess.Popen:
         env["SPECLAB_MEMORY_BUDGET_GB"] = str(budget_gb)
     return subprocess.Popen([sys.executable, "-m", "bench.load", "--serve", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(SERVER_LOG, "w"))
+
+
+def stop_server(server: subprocess.Popen) -> int | None:
+    """Ctrl-C, as a person ends app.py: its exit status (0 is clean; 134 was the abort of issue 23 item 5, a run
+    still inside PyTorch while the interpreter finalized). None: still running after the exit hook's wait, killed."""
+    from app.shared.decode_slot import EXIT_WAIT
+
+    server.send_signal(signal.SIGINT)
+    try:
+        return server.wait(EXIT_WAIT + 30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+        return None
 
 
 def wait_until_up(url: str, server: subprocess.Popen, seconds: float = 300) -> None:
@@ -251,7 +266,11 @@ def markdown(s: dict) -> str:
               f" memory budget for resident models {s['memory_budget_gb']} GB (decoders/residency.py): "
               f"{'within' if s['within_budget'] else 'OVER'} the budget.",
               f"Missing endpoints: {', '.join(s['missing_endpoints']) or 'none'}. Every request answered clearly: "
-              f"{'yes' if s['every_request_answered_clearly'] else 'NO'}.", ""]
+              f"{'yes' if s['every_request_answered_clearly'] else 'NO'}."]
+    if "server_exit" in s:
+        lines.append(f"Server ended with Ctrl-C (SIGINT) after the load: exit status {s['server_exit']}"
+                     f"{' (clean)' if s['server_exit'] == 0 else ''}.")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -298,14 +317,10 @@ def main(argv: list[str] | None = None) -> dict:
         sampler.done.set()
         sampler.join(5)
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        exit_status = stop_server(server)
     with lock:
         requests = list(log)
-    result = summary(requests, sampler.samples, budget_gb, args, missing, wall)
+    result = {**summary(requests, sampler.samples, budget_gb, args, missing, wall), "server_exit": exit_status}
     (RESULTS / f"{args.stem}.json").write_text(json.dumps(
         {**result, "requests": [asdict(r) for r in requests], "rss_samples": sampler.samples}, indent=1))
     (RESULTS / f"{args.stem}.md").write_text(markdown(result))

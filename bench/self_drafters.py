@@ -50,6 +50,17 @@ def methods_for(k: int) -> list[Method]:
                assistant_early_exit=k)]
 
 
+def candidate(spec: str) -> Method:
+    """--candidate early-exit=DIR: that kind's arm again, on the weights in DIR (its shape from DIR's config)."""
+    kind, _, folder = spec.partition("=")
+    if kind not in ("early-exit", "prophet") or not folder:
+        raise SystemExit(f"--candidate takes early-exit=FOLDER or prophet=FOLDER, got {spec!r}")
+    shape = json.loads((Path(folder) / "config.json").read_text())
+    what = f"after layer {shape['exit_layer']}" if kind == "early-exit" else f"{shape.get('n_layers', 1)} layer(s)"
+    return ours(f"candidate/{kind}", f"{kind} candidate ({what}, {Path(folder).name}) · AdaEDL", kind,
+                rule="adaedl", max_draft=8, self_weights=str(folder))
+
+
 def alpha_by_depth(records: list[dict], depths: int = DEPTHS) -> list[float | None]:
     """Greedy α(d) from each round's (drafted, accepted)."""
     rounds = [r for rec in records for r in rec.get("rounds") or []]
@@ -182,6 +193,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None, help="output stem (default bench/results/self-drafters-<target>)")
+    parser.add_argument("--candidate", action="append", default=[], metavar="KIND=FOLDER",
+                        help="also race newly trained weights (early-exit=DIR or prophet=DIR) against the shipped "
+                             "ones in the same run, before shipping them")
     args = parser.parse_args(argv)
     from decoders.models import load_model
     from decoders.runner import decoder_layers
@@ -190,7 +204,7 @@ def main(argv=None) -> int:
     threads = set_threads(args.threads)
     target = load_model(args.target, dtype="float32")
     k = json.loads((store.locate("early-exit", target.name) / "config.json").read_text())["exit_layer"]
-    methods = methods_for(k)
+    methods = methods_for(k) + [candidate(spec) for spec in args.candidate]
     kinds = [x.strip() for x in args.kinds.split(",") if x.strip()]
     prompts = load_prompts(args.per_kind, kinds)
     began = time.monotonic()

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(trace.output_text)
     print(summary_line(trace))
-    if trace.baseline_check is not None:
+    if getattr(trace, "baseline_check", None) is not None:  # a beam method's trace has no baseline check
         print(baseline_line(trace))
         if trace.baseline_check["kind"] == "mismatch":
             return 1  # a real disagreement with the baseline is a bug, not a result

@@ -219,6 +219,20 @@ def test_cli_rejects_impossible_beam_options_in_one_line(capsys):
     assert err.startswith("error: width 5 is more than the 3") and err.count("\n") == 1
 
 
+def test_cli_prints_a_dsbd_run_and_exits_0(monkeypatch, capsys):
+    """`python -m decoders run --method dsbd` on the Qwen pair printed its run, then ended with an AttributeError
+    (status 1): a beam trace has no baseline_check (found while checking issue 23 item 5's exit codes)."""
+    import decoders.__main__ as cli
+
+    target = tiny_qwen2(vocab=32, seed=0)
+    draft = noisy_copy(target, 0.1)
+    monkeypatch.setattr(cli, "generate", lambda options, prompt, compare_baseline=False: generate(
+        options, [1, 2, 3], target=target, draft=draft))
+    assert cli_main(["run", "--method", "dsbd", "--temperature", "1", "--width", "3", "--draft-model", "tiny",
+                     "--max-new-tokens", "6", "--prompt", "hi"]) == 0
+    assert "DSBD" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("method", ["beam-search", "beam-sampling", "dsbd"])
 def test_beam_decode_time_leaves_out_prefill_and_a_slow_consumer(method):
     """One clock with the chain loop (decoders/clock.py): a slow prefill lands in prefill_seconds and a consumer

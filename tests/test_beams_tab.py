@@ -213,3 +213,65 @@ def test_a_dsbd_run_in_the_server_path_then_exit_returns_0(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "STATUS DSBD" in done.stdout and "ERROR \n" in done.stdout + "\n", done.stdout[-2000:]
+
+
+SERVER_EXIT_MID_RUN = r'''
+import sys, time
+sys.path.insert(0, "tests")
+import torch
+from tiny import noisy_copy, tiny_qwen2
+from app.shared import loading
+import app.tabs.beams as beams_tab
+
+target = tiny_qwen2(vocab=32, seed=0)
+draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
+square = torch.randn(160, 160)
+slow = []
+
+def like_a_real_model(module, args):
+    # A real model's forward is many PyTorch ops, each releasing the GIL and taking it back: the moment the abort
+    # needs. Tiny models are too quick to be still computing at exit, so once the run is decoding each forward lasts
+    # 5 s of such ops (wall time, so that a loaded machine cannot make it shorter than the server's close).
+    end = time.monotonic() + (5.0 if slow else 0.0)
+    square @ square
+    while time.monotonic() < end:
+        square @ square
+
+for lm in (target, draft):
+    lm.model.model.layers[0].register_forward_pre_hook(like_a_real_model)
+loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
+loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
+from app_server import launched_demo
+from gradio_client import Client
+
+with launched_demo() as url:
+    job = Client(url, verbose=False).submit("hello", "tiny", beams_tab.SAME_AS_PAIRING, "dsbd", 3, 3, 0.7, 1,
+                                            next(iter(beams_tab.MEMORY_MODES)), 200, 0, api_name="/beams_run")
+    deadline = time.monotonic() + 120
+    while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the loading line, then drawn iterations: the run is decoding
+    slow.append(True)
+    print("DECODING", "done" if job.done() else "running", flush=True)
+print("CLOSED", flush=True)
+'''
+
+
+def test_a_server_closed_mid_run_exits_with_0_not_134():
+    """Issue 23 item 5, the abort itself: a script that closes its demo while a DSBD run is still computing in a
+    Gradio worker thread (as Ctrl-C on app.py does) used to end with "terminate called without an active exception"
+    and status 134: CPython finalized while the worker was inside a PyTorch op, and the op's return killed the thread
+    with a forced unwind that PyTorch's C++ frames turn into std::terminate. The decode slot's exit hook
+    (app/shared/decode_slot.py) now ends the run at its next step and waits for it first."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", SERVER_EXIT_MID_RUN], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert "DECODING running" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "terminate called" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "Waiting for the running decode" in done.stderr  # it was still computing: the hook waited for it

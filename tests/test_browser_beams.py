@@ -3,11 +3,11 @@ defaults (SmolLM2, which drafts for itself: it has no paired draft) draws its fo
 thres line) and its beam scores, and scrubbing redraws an earlier iteration. At 420 px the D[W] and score panels
 stack. Screenshots of the whole tab at 1280 and 420 px go to docs/screenshots/ (SPECLAB_UPDATE_SCREENSHOTS=1).
 
-Why not the Qwen pair here: it is slow on a 2-core CPU, and an earlier session saw this test's process abort at
-exit ("terminate called without an active exception", rc 134) after a Qwen DSBD run inside the server. On
-2026-11-25 the same run through the server's API (gradio_client, 8 tokens, then close and exit) exited with rc 0
-on both the old and the current code, so the abort was not reproduced; tests/test_beams_tab.py keeps a subprocess
-check that a DSBD run in the server path exits with rc 0. The published screenshots
+Why not the Qwen pair here: it is slow on a 2-core CPU. An earlier session also saw this test's process abort at
+exit ("terminate called without an active exception", rc 134) after a Qwen DSBD run inside the server: the process
+finalized while a Gradio worker thread was still inside a PyTorch op (a Qwen iteration lasts seconds, long enough to
+outlive the server's close). The decode slot's exit hook now waits for that thread (app/shared/decode_slot.py;
+tests/test_beams_tab.py reproduces the abort with a run still computing at exit). The published screenshots
 docs/screenshots/beams-forest-midrun.png and beams-width-panel.png were taken from a Qwen run."""
 from __future__ import annotations
 

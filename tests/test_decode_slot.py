@@ -109,3 +109,72 @@ def test_a_stop_racing_a_run_that_leaves_the_queue_cannot_lose_it():
     assert not began and session.skip == 0
     session.admit()
     assert session.begin()  # the next Run decodes
+
+
+def test_close_ends_a_computing_run_at_its_next_item_and_waits_for_it():
+    """Shutdown (the atexit hook): the run in a worker thread finishes the item it computes, stops there (its decoder
+    closed, caches freed), and close() returns only then; a run that arrives afterwards never starts."""
+    import pytest
+
+    from app.shared.decode_slot import SlotClosed
+
+    slot, closed, got = DecodeSlot(stale_after=60), [], []
+
+    def run():
+        with slot.hold(_decoder(closed, compute=0.3)) as lease:
+            got.extend(lease.items())
+    worker = _in_thread(run)
+    time.sleep(0.45)  # inside its second item
+    started = time.monotonic()
+    assert slot.close(timeout=5)
+    assert 0.05 < time.monotonic() - started < 2 and closed == ["closed"] and got == [0, 1]
+    worker.join(5)
+    refused = _decoder(closed)
+    with pytest.raises(SlotClosed):
+        with slot.hold(refused):
+            pass
+    assert list(refused) == [] and closed == ["closed"]  # closed without ever computing an item
+
+
+def test_close_closes_a_suspended_run_at_once_and_reports_one_still_computing():
+    slot, closed = DecodeSlot(stale_after=60), []
+
+    def run():
+        with slot.hold(_decoder(closed)) as lease:
+            yield from lease.items()
+    suspended = run()
+    next(suspended)  # its consumer went away (the server closed mid-run): nobody asks for the next item
+    assert slot.close(timeout=5) and closed == ["closed"]
+
+    busy, release = DecodeSlot(stale_after=60), threading.Event()
+
+    def load():
+        with busy.hold():  # a source-less holder (a model load) computes for its whole block
+            release.wait(5)
+    loader = _in_thread(load)
+    time.sleep(0.05)
+    assert not busy.close(timeout=0.2)  # still computing after the timeout: the exit hook must not finalize
+    release.set()
+    loader.join(5)
+    assert busy.close(timeout=1)
+
+
+def test_the_exit_hook_ends_the_process_itself_when_a_run_is_still_computing():
+    """Finalizing under a thread still inside PyTorch would abort (status 134); after the wait, the hook ends the
+    process with status 1 instead, saying why."""
+    import subprocess
+    import sys
+
+    script = ("import threading, time\n"
+              "from app.shared.decode_slot import DecodeSlot, _close_at_exit\n"
+              "slot = DecodeSlot()\n"
+              "def load():\n"
+              "    with slot.hold():\n"
+              "        time.sleep(30)\n"
+              "threading.Thread(target=load, daemon=True).start()\n"
+              "time.sleep(0.2)\n"
+              "_close_at_exit(slot, timeout=0.5)\n"
+              "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "not reached" not in done.stdout
+    assert "still computing" in done.stderr and "Waiting for the running decode" in done.stderr

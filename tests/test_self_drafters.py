@@ -316,3 +316,16 @@ def test_the_exit_view_draws_shared_and_verification_only_layers():
     assert any("12 token x layer passes" in h for h in hovers) and fig.layout.meta
     trace.totals = {"self_draft": {"kind": "prophet", "block_layers": 2, "target_layers": 8}}
     assert "2 layer(s)" in exit_figure(trace).layout.title.text
+
+
+def test_the_bench_races_candidate_weights_beside_the_shipped_ones(four_layers, tmp_path):
+    """bench.self_drafters --candidate KIND=DIR: new weights get their own arm, on their own folder, in the same run."""
+    from bench import self_drafters
+    from decoders.selfdraft import store
+
+    store.save(ExitBlock(four_layers["llama"].model, 3), tmp_path / "ee-k3")
+    arm = self_drafters.candidate(f"early-exit={tmp_path / 'ee-k3'}")
+    assert arm.key == "candidate/early-exit" and "after layer 3" in arm.label
+    assert arm.options["self_weights"] == str(tmp_path / "ee-k3") and arm.options["drafter"] == "early-exit"
+    with pytest.raises(SystemExit, match="early-exit=FOLDER"):
+        self_drafters.candidate("eagle=somewhere")

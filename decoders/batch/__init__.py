@@ -17,7 +17,11 @@ Realignment strategy (decoders/batch/ragged.py does it; decoders/batch/loop.py c
 - After a round, a row that accepted a_r of N_r drafts keeps its root and its a_r drafts; the N_r - a_r rejected
   slots are marked padding in that row only (no copy, the other rows untouched). The draft model's cache gives back
   the drafts it was fed but the target rejected, the same way, per row. Layer-skip drafts write into the target's
-  own cache and every slot they wrote is cut again before verification.
+  own cache and every slot they wrote is cut again before verification. Early-exit drafts run the stem (target
+  layers 0..k-1) in the target's own cache, so during a round those k layers hold extra columns the others do not;
+  verification runs layers k..L-1 only, over the h_k the draft kept, and then the stem layers' round slots are
+  gathered into the verification block's layout, so every layer holds the same slots again before the cuts below.
+  The exit block and the prophet keep ragged caches of their own, cut per row like a draft model's.
 - Finished rows (their EOS or their own max_new_tokens) leave the batch at the end of the round: their batch rows
   are dropped from every cache (an index_select), the others keep their order and their state.
 - Then the caches are trimmed (columns that are padding in every row, at either end, are sliced away) and, when at

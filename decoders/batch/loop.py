@@ -41,8 +41,12 @@ def run_batch_rounds(target: RaggedRunner, drafter: BatchDrafter, rules: list[Dr
     live = list(rows)  # batch index i holds live[i]
     clock = DecodeClock(target.device)
     try:
-        target.forward([row.ids[:-1] for row in live], last_only=True)  # prefill: the last prompt token is pending
-        drafter.start([row.ids for row in live])
+        prompts_but_pending = [row.ids[:-1] for row in live]  # prefill: the last prompt token is pending
+        if drafter.wants_target_hidden:  # a prophet drafts from each prompt's last hidden state: from the prefill
+            drafter.start([row.ids for row in live], target.forward(prompts_but_pending, last_only=True, hidden=True)[1])
+        else:
+            target.forward(prompts_but_pending, last_only=True)
+            drafter.start([row.ids for row in live])
         batch.prefill_seconds = clock.prefill_done()
         for row in rows:
             row.builder.trace.prefill_seconds = batch.prefill_seconds
@@ -59,6 +63,7 @@ def run_batch_rounds(target: RaggedRunner, drafter: BatchDrafter, rules: list[Dr
         batch.summarize(target.peak_bytes + drafter.kv_peak_bytes())
         for row in rows:
             row.builder.trace.totals["peak_kv_bytes"] = batch.totals["peak_kv_bytes"]  # the whole batch's caches
+            row.builder.trace.totals.update(drafter.summary())
         drafter.close()
         target.release()
 
@@ -72,7 +77,7 @@ def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: 
                                 [row.generator for row in live], any(row.builder.record for row in live))
     t_draft = clock.lap()
     # 2. score every row's chain in one batched target forward; 3. verify each row with its own generator
-    logits = target.forward([p.tree.tokens for p in proposals])  # per row (N_r+1, V)
+    logits = drafter.score(target, proposals)  # per row (N_r+1, V); early exit runs only layers k..L-1 here
     probs = [None if warp.greedy else warp.probs(row_logits) for row_logits in logits]  # (N_r+1, V) each
     verdicts = [verify(p.tree, lg, pr, row.generator) for p, lg, pr, row in zip(proposals, logits, probs, live)]
     t_verify = clock.lap()

@@ -18,7 +18,8 @@ class RaggedRunner:
 
     def __init__(self, model: nn.Module, batch: int):
         self.model = model
-        self.device = next(model.parameters()).device
+        weight = next(model.parameters())
+        self.device, self.dtype = weight.device, weight.dtype  # a transformers model or a self-drafter's module
         self.cache = kv.new_cache(model)
         self.valid = torch.zeros(batch, 0, dtype=torch.bool)  # (B, width) on the CPU: real slots per row
         self.lengths = [0] * batch  # real tokens per row = the position id of its next token
@@ -43,40 +44,85 @@ class RaggedRunner:
         A seam on purpose: the tests break it for one row (off by one) to show the equality test catches it."""
         return torch.arange(start, start + count)
 
+    def layout(self, counts: list[int], lengths: list[int] | None = None, past_valid: torch.Tensor | None = None):
+        """Where a block of new real tokens goes: row r's counts[r] tokens take the last counts[r] of n = max slots
+        (left padding inside the block), at positions that continue the row's own sequence (lengths[r] onwards).
+        past_valid (B, W) is what the block attends to (default: this cache's `valid`; early exit's stem passes
+        its round's extra columns too). -> (block_valid (B, n), positions (B, n), mask (B, 1, n, W + n))"""
+        lengths = self.lengths if lengths is None else lengths
+        past_valid = self.valid if past_valid is None else past_valid
+        n = max(counts)
+        block_valid = torch.zeros(self.batch, n, dtype=torch.bool)  # (B, n)
+        positions = torch.zeros(self.batch, n, dtype=torch.long)  # (B, n)
+        for r, k in enumerate(counts):
+            positions[r] = lengths[r]  # pads: any finite position (their keys are never visible)
+            if k:
+                block_valid[r, n - k:] = True
+                positions[r, n - k:] = self._positions(r, lengths[r], k)
+        keys_valid = torch.cat([past_valid, block_valid], dim=1)  # (B, W + n)
+        mask = ragged_mask(keys_valid, past_valid.shape[1], self.dtype).to(self.device)  # (B, 1, n, W + n)
+        return block_valid, positions.to(self.device), mask
+
+    def commit(self, block_valid: torch.Tensor, counts: list[int]) -> None:
+        """The block every layer of the cache has just appended (laid out by `layout`) is now part of the rows."""
+        self.valid = torch.cat([self.valid, block_valid], dim=1)
+        self.padding_added += int((~block_valid).sum())
+        for r, k in enumerate(counts):
+            self.lengths[r] += k
+        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))
+
     @torch.inference_mode()
-    def forward(self, tokens: list[list[int]], last_only: bool = False) -> list[torch.Tensor]:
+    def forward(self, tokens: list[list[int]], last_only: bool = False, hidden: bool = False):
         """One forward over every row's new tokens (row r: tokens[r], may be empty). Returns per row its logits
         (len(tokens[r]), V), or (1, V) for its last token if last_only (rows with no tokens: an empty (0, V)).
+        hidden=True returns (logits, last hidden states) per row, shaped alike with H for V (a prophet reads them).
 
         The block is left-padded: row r's tokens take the last len(tokens[r]) of n = max len slots, so every row's
         last token sits in the block's last slot and last_only needs one logit row per batch row.
         """
-        n = max(len(t) for t in tokens)
-        if n == 0:
-            return [torch.empty(0, 0) for _ in tokens]
+        counts = [len(t) for t in tokens]
+        if max(counts) == 0:
+            empty = [torch.empty(0, 0) for _ in tokens]
+            return (empty, list(empty)) if hidden else empty
+        block_valid, positions, mask = self.layout(counts)
+        n = block_valid.shape[1]
         ids = torch.zeros(self.batch, n, dtype=torch.long)  # (B, n); pad slots carry token 0, never attended to
-        block_valid = torch.zeros(self.batch, n, dtype=torch.bool)  # (B, n)
-        positions = torch.zeros(self.batch, n, dtype=torch.long)  # (B, n)
         for r, row_tokens in enumerate(tokens):
-            k = len(row_tokens)
-            positions[r] = self.lengths[r]  # pads: any finite position (their keys are never visible)
-            if k:
-                ids[r, n - k:] = torch.tensor(row_tokens)
-                block_valid[r, n - k:] = True
-                positions[r, n - k:] = self._positions(r, self.lengths[r], k)
-        keys_valid = torch.cat([self.valid, block_valid], dim=1)  # (B, width + n)
-        mask = ragged_mask(keys_valid, self.width, self.model.dtype).to(self.device)  # (B, 1, n, width + n)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions.to(self.device),
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1 if last_only else 0)
-        self.valid = keys_valid
-        self.padding_added += int((~block_valid).sum())
-        for r, row_tokens in enumerate(tokens):
-            self.lengths[r] += len(row_tokens)
-        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))
-        logits = out.logits  # (B, n, V) or (B, 1, V)
+            if row_tokens:
+                ids[r, n - len(row_tokens):] = torch.tensor(row_tokens)
+        out = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1 if last_only else 0,
+                         output_hidden_states=hidden)
+        self.commit(block_valid, counts)
+        logits = self._per_row(out.logits, counts, last_only)  # (B, n, V) or (B, 1, V) -> per row
+        return (logits, self._per_row(out.hidden_states[-1], counts, last_only)) if hidden else logits
+
+    @torch.inference_mode()
+    def forward_vectors(self, rows: list[torch.Tensor], last_only: bool = False) -> list[torch.Tensor]:
+        """forward() for a module that reads vectors, not token ids, called as module(inputs (B, n, d), positions,
+        mask, cache) (decoders/selfdraft/heads.py: the early-exit block reads h_k, a prophet its projected
+        inputs). rows[r]: (k_r, d), may be empty. Returns what forward returns."""
+        counts = [len(row) for row in rows]
+        if max(counts) == 0:
+            return [torch.empty(0, 0) for _ in rows]
+        block_valid, positions, mask = self.layout(counts)
+        n = block_valid.shape[1]
+        width = next(row for row in rows if len(row)).shape[-1]
+        inputs = torch.zeros(self.batch, n, width, dtype=self.dtype, device=self.device)  # (B, n, d); pads: zeros
+        for r, row in enumerate(rows):
+            if len(row):
+                inputs[r, n - len(row):] = row
+        out = self.model(inputs, positions, mask, self.cache)  # (B, n, V)
+        self.commit(block_valid, counts)
+        return self._per_row(out, counts, last_only)
+
+    @staticmethod
+    def _per_row(out: torch.Tensor, counts: list[int], last_only: bool) -> list[torch.Tensor]:
+        """(B, n or 1, X) -> per row (counts[r], X), or (1, X) / (0, X) for its last token if last_only."""
         if last_only:
-            return [logits[r, -1:] if tokens[r] else logits[r, :0] for r in range(self.batch)]  # (1, V) / (0, V)
-        return [logits[r, n - len(t):] for r, t in enumerate(tokens)]  # (len(t), V)
+            return [out[r, -1:] if k else out[r, :0] for r, k in enumerate(counts)]
+        n = out.shape[1]
+        return [out[r, n - k:] for r, k in enumerate(counts)]
 
     @torch.inference_mode()  # `valid` was made in the forward's inference mode; in-place writes must be too
     def drop_row_tail(self, row: int, count: int) -> None:

@@ -67,15 +67,19 @@ class EarlyExitDrafter(Drafter):
     def start(self, ids: list[int], features=None) -> None:
         """The prefill filled the target's cache; the block needs h_k of the prompt: layers 0..k-1 once more,
         without cache (k/L of a prefill), since the loop's prefill does not hand hidden states over."""
+        self.unfed = self.prompt_stem(ids)  # read by the first propose together with the pending token
+
+    @torch.inference_mode()
+    def prompt_stem(self, ids: list[int]) -> list[torch.Tensor]:
+        """h_k (d,) of every prompt token but the pending last one, by an uncached pass of layers 0..k-1."""
         if len(ids) < 2:
-            return
-        with torch.inference_mode():
-            ids_t = torch.tensor([ids[:-1]], device=self.target.device)  # (1, n)
-            hidden = self.target.model.get_input_embeddings()(ids_t)  # (1, n, d)
-            n = ids_t.shape[1]
-            positions = torch.arange(n, device=ids_t.device)[None]
-            h = run_layers(self.stem, hidden, positions, causal_mask(n, 0, hidden.dtype, ids_t.device), self.rotary)
-        self.unfed = list(h[0])  # (n, d) rows, read by the first propose together with the pending token
+            return []
+        ids_t = torch.tensor([ids[:-1]], device=self.target.device)  # (1, n)
+        hidden = self.target.model.get_input_embeddings()(ids_t)  # (1, n, d)
+        n = ids_t.shape[1]
+        positions = torch.arange(n, device=ids_t.device)[None]
+        return list(run_layers(self.stem, hidden, positions, causal_mask(n, 0, hidden.dtype, ids_t.device),
+                               self.rotary)[0])  # n rows (d,)
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         self.rows, self.fed = [], 0

@@ -115,15 +115,23 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     """Warm up and time each run in turn, all inside one hold of the decode slot, so nothing else (another tab's
     run, a transcription, a model load) shares the machine between the baseline and the methods it is compared
     with; yields each finished trace as a plain dict (the median timed run)."""
+    with DECODE_SLOT.hold(_timed_runs(options, prompt)) as lease:  # a streaming holder: see decode_slot.py
+        yield from lease.items()
+
+
+def _timed_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     from decoders.api import generate
 
-    with DECODE_SLOT.hold():
-        for data in options:
-            opts = DecodeOptions.from_dict(data)
-            target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
-            generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)
-            timed = [generate(opts, prompt, target, draft) for _ in range(TIMED_RUNS)]
-            yield median_run(timed).to_dict()
+    for data in options:
+        opts = DecodeOptions.from_dict(data)
+        target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
+        generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)
+        timed = []
+        for _ in range(TIMED_RUNS):
+            if DECODE_SLOT.closing:  # the process waits at exit for this item: stop between runs, not after all
+                return
+            timed.append(generate(opts, prompt, target, draft))
+        yield median_run(timed).to_dict()
 
 
 def median_run(traces: list[Trace]) -> Trace:
