@@ -101,6 +101,28 @@ def pack(model: nn.Module) -> int:
     return _swap(model, nn.Linear, lambda linear: PackedLinear(linear, keep_dense=id(linear.weight) in shared))
 
 
+def own_leftovers(model: nn.Module) -> int:
+    """Copy every parameter and buffer into memory of its own (tied ones stay tied). Returns how many were copied.
+
+    Why: from_pretrained maps the safetensors file and the weights are views into that mapping. Once packing (or
+    int8) has replaced the linears, the tensors left (embeddings, norms, biases) still view it, and while any view
+    lives the whole file stays mapped: the pages of every weight that was packed away stay in the process's resident
+    set (measured, Qwen2.5-Coder-1.5B: 6.3 GB of packed weights + 6.0 GB of file pages). Copied, the mapping goes."""
+    copies: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for module in model.modules():
+            for group in (module._parameters, module._buffers):
+                for name, tensor in list(group.items()):
+                    if tensor is None:
+                        continue
+                    if id(tensor) not in copies:  # one copy per object, so tied weights stay one tensor
+                        copy = tensor.detach().clone()
+                        copies[id(tensor)] = nn.Parameter(copy, requires_grad=False) if isinstance(
+                            tensor, nn.Parameter) else copy
+                    group[name] = copies[id(tensor)]
+    return len(copies)
+
+
 def unpack(model: nn.Module) -> int:
     """Back to stock nn.Linear modules with the original weights. Returns how many were swapped."""
     return _swap(model, PackedLinear, PackedLinear.to_linear)

@@ -338,11 +338,24 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress, qu
         source += " (int8 linears)"
     elif os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
         say("float32 matmuls packed for oneDNN (decoders/kernels.py)")  # traces record it as models.*.kernels
+    if device.type == "cpu" and kernels.kernels_of(model) != kernels.STOCK:
+        kernels.own_leftovers(model)  # the linears were replaced: let the file mapping go (kernels.own_leftovers)
+        _return_freed_memory()
     say(f"ready ({source})")
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype, source=source,
                        load_seconds=time.perf_counter() - start,
                        eos_token_ids=_eos_ids(model.generation_config, tokenizer),
                        context_length=_context_length(model.config))
+
+
+def _return_freed_memory() -> None:
+    """glibc keeps freed heap pages (the dense weights packing dropped) unless asked; elsewhere this is a no-op."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _load_registry(entry: ModelEntry, dtype: torch.dtype, say: Progress):
