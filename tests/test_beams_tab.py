@@ -216,7 +216,7 @@ def test_a_dsbd_run_in_the_server_path_then_exit_returns_0(tmp_path):
 
 
 SERVER_EXIT_MID_RUN = r'''
-import sys, time
+import sys, threading, time
 sys.path.insert(0, "tests")
 import torch
 from tiny import noisy_copy, tiny_qwen2
@@ -227,12 +227,15 @@ target = tiny_qwen2(vocab=32, seed=0)
 draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
 square = torch.randn(160, 160)
 slow = []
+in_slow_forward = threading.Event()
 
 def like_a_real_model(module, args):
     # A real model's forward is many PyTorch ops, each releasing the GIL and taking it back: the moment the abort
     # needs. Tiny models are too quick to be still computing at exit, so once the run is decoding each forward lasts
     # 5 s of such ops (wall time, so that a loaded machine cannot make it shorter than the server's close).
     end = time.monotonic() + (5.0 if slow else 0.0)
+    if slow:
+        in_slow_forward.set()
     square @ square
     while time.monotonic() < end:
         square @ square
@@ -251,6 +254,7 @@ with launched_demo() as url:
     while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:
         time.sleep(0.05)  # the loading line, then drawn iterations: the run is decoding
     slow.append(True)
+    in_slow_forward.wait(60)  # close while a forward computes, not between two (that run would just be closed)
     print("DECODING", "done" if job.done() else "running", flush=True)
 print("CLOSED", flush=True)
 '''
@@ -274,4 +278,6 @@ def test_a_server_closed_mid_run_exits_with_0_not_134():
     assert "DECODING running" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "terminate called" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    assert "Waiting for the running decode" in done.stderr  # it was still computing: the hook waited for it
+    # Not asserted: that the exit hook had to wait ("Waiting for the running decode" on stderr). The script closes
+    # while a 5 s forward computes, and usually the hook waits for it; once in five runs here the run had already
+    # left the slot by then (closed with the demo), which is a clean exit too and no sign of a bug.
