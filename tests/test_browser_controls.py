@@ -126,6 +126,7 @@ def test_a_single_model_offers_no_draft_model_drafter(page):
     assert "draft-model" not in drafters and {"prompt-lookup", "layer-skip", "eagle2"} <= set(drafters)
     radio(page, "Drafter").get_by_text("eagle2", exact=True).click()
     wait_checked(page, "eagle2")
+    radio(page, "Tree grown by").locator("label").first.wait_for()  # shown by the reply to the click: wait for it
     assert options_of(page, "Tree grown by") == ["an EAGLE head (shipped or trained for the target)"]
 
 
