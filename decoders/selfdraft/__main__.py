@@ -25,7 +25,8 @@ def parse(argv=None) -> argparse.Namespace:
     train = sub.add_parser("train", help="train an early-exit block or a prophet for a target")
     for p in (rec, train):
         p.add_argument("--target", required=True, help="registry name, local model folder or hub id")
-        p.add_argument("--data", choices=("sharegpt", "code", "sharegpt+code"), default="sharegpt+code")
+        p.add_argument("--data", choices=("sharegpt", "code", "sharegpt+code", "generated"), default="sharegpt+code",
+                       help="generated: the target's own greedy replies to ShareGPT and HumanEval prompts")
         p.add_argument("--train-tokens", type=int, default=50_000)
         p.add_argument("--heldout", type=int, default=24, help="ShareGPT conversations held out for α")
         p.add_argument("--seq-len", type=int, default=256)
@@ -82,16 +83,24 @@ def recorded_data(args, lm) -> dict:
     from ..eagle.__main__ import conversations
     from ..eagle.data import build_examples, frequent_ids
     from ..training import Progress
+    from ..training.continuations import generated_examples
     from .record import record
 
     train_chats, held_chats, note = conversations(args.data, args.heldout, args.seed)
-    train_ex = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens)
+    began = time.perf_counter()
+    if args.data == "generated":  # train_chats are prompts: the target writes the replies (one step per B tokens)
+        bar = Progress(args.train_tokens, unit="tok", desc="target replies")
+        train_ex = generated_examples(lm.model, lm.tokenizer, train_chats, args.seq_len, args.train_tokens,
+                                      progress=lambda n: bar.update(n=n))
+        bar.close()
+        note += f" ({time.perf_counter() - began:.0f} s of generation)"
+    else:
+        train_ex = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens)
     held_ex = build_examples(lm.tokenizer, held_chats, args.seq_len, 10**9)
     stems = [int(k) for k in args.stems.split(",") if k]
     total = sum(len(e.ids) for e in train_ex + held_ex)
     print(f"{len(train_ex)} training sequences, {len(held_ex)} held out, {total:,} tokens", flush=True)
     bar = Progress(total, unit="tok", desc="target features")
-    began = time.perf_counter()
     train = record(lm.model, train_ex, stems, progress=lambda n: bar.update(n=n))
     held = record(lm.model, held_ex, stems, progress=lambda n: bar.update(n=n))
     bar.close()

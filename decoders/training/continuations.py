@@ -1,0 +1,74 @@
+"""Training text written by the target itself: its greedy replies to real prompts (self-distillation).
+
+A learned drafter is scored on the target's own outputs, and a small target's replies are not ShareGPT's: shorter
+sentences, its own phrasings, repeated lines, code in its own layout. Featurizing a fixed dataset costs one parallel
+forward per sequence; a reply costs one target step per token, so here rows are answered B at a time (one batched
+step serves B rows) and the prompt's tokens are kept out of the loss. The held-out α of the training loop stays on
+ShareGPT text (comparable across runs); bench.self_drafters measures α on the target's own replies.
+"""
+from __future__ import annotations
+
+from itertools import islice
+from typing import Callable, Iterable
+
+import torch
+
+from ..eagle.data import Example
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """The chat-templated prompt with the assistant's turn opened (plain text for a base model)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode("\n\n".join(m["content"] for m in messages) + "\n\n")
+
+
+@torch.inference_mode()
+def greedy_replies(model, prompts: list[list[int]], max_new: int, eos: set[int], pad: int) -> list[list[int]]:
+    """Each prompt's greedy reply, up to and including its first end-of-sequence token, B rows per step."""
+    device = next(model.parameters()).device
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)  # (B, n): left padded
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # (B, n)
+    out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new, do_sample=False,
+                         pad_token_id=pad, eos_token_id=sorted(eos))[:, width:].tolist()  # (B, ≤ max_new)
+    replies = []
+    for row in out:
+        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
+        replies.append(row[:end])
+    return replies
+
+
+def generated_examples(model, tokenizer, prompts: Iterable[list[dict]], max_len: int, max_tokens: int,
+                       batch: int = 16, min_reply: int = 64, progress: Callable[[int], None] | None = None
+                       ) -> list[Example]:
+    """(prompt + the target's reply) examples, loss on the reply, until `max_tokens` tokens are collected.
+
+    Prompts longer than max_len − min_reply tokens are skipped, so every reply has room for min_reply tokens."""
+    eos = {t for t in _as_list(model.generation_config.eos_token_id) + [tokenizer.eos_token_id] if t is not None}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    fitting = (ids for ids in (encode_prompt(tokenizer, m) for m in prompts) if len(ids) <= max_len - min_reply)
+    examples, total = [], 0
+    batches: list[list[list[int]]] = []
+    while total < max_tokens:
+        if not batches:  # 4 batches at a time, grouped by prompt length: short prompts leave their rows more room
+            pool = sorted(islice(fitting, 4 * batch), key=len)
+            batches = [pool[i: i + batch] for i in range(0, len(pool), batch)]
+            if not batches:
+                break
+        encoded = batches.pop(0)
+        room = max_len - max(map(len, encoded))
+        for ids, reply in zip(encoded, greedy_replies(model, encoded, room, eos, pad)):
+            if not reply:
+                continue
+            examples.append(Example(torch.tensor(ids + reply, dtype=torch.long),
+                                    torch.tensor([False] * len(ids) + [True] * len(reply), dtype=torch.bool)))
+            total += len(ids) + len(reply)
+            if progress:
+                progress(len(ids) + len(reply))
+    return examples
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
