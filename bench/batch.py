@@ -16,13 +16,10 @@ bench/results/batch-<target>.{json,md}; the CLAIMS row reads them (bench/claims.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -30,10 +27,10 @@ from decoders import DecodeOptions, generate, generate_batch
 from decoders.batch.ragged import RaggedRunner
 from decoders.compare import compare
 
+from . import cli
 from .__main__ import load_prompts
 from .runner import set_threads
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BATCHES = (1, 2, 4, 8)
 SETS = {"chat": "chat", "code-editing": "code-editing"}  # set name -> prompt kind in assets/bench
 
@@ -177,22 +174,13 @@ def summarize(rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batch", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="smollm2-135m")
+    cli.run_arguments(parser, target="smollm2-135m", stem="batch", prompts=False)
     parser.add_argument("--batches", default="1,2,4,8")
     parser.add_argument("--sets", default="chat,code-editing")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default=None, help="output stem (default bench/results/batch-<target>)")
     args = parser.parse_args(argv)
-    from decoders.models import REGISTRY, load_model
-
     threads = set_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
-    entry = REGISTRY.get(args.target)
-    draft_name = entry.default_draft if entry is not None else None
-    models = {"target": load_model(args.target, dtype="float32")}
-    if draft_name:
-        models["draft"] = load_model(draft_name, dtype="float32")
+    models, draft_name = cli.load_pair(args.target)
     methods = methods_for(draft_name is not None,
                           args.target if has_self_weights("early-exit", args.target) else None)
     began = time.monotonic()
@@ -224,13 +212,12 @@ def _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, 
     result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32", "batches": batches,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}",
-                           "command": " ".join(["python -m bench.batch",
-                                                *(argv if argv is not None else sys.argv[1:])]),
+                           "command": cli.command("python -m bench.batch", argv),
                            "minutes": (time.monotonic() - began) / 60,
                            "methods": {k: o.to_dict() for k, o in methods.items()}},
               "t_grid": grid, "rows": rows, "peers": peers,
               "hf_assisted": {str(b): v for b, v in assisted.items()}}
-    write(result, Path(args.out) if args.out else RESULTS / f"batch-{args.target}")
+    cli.write(cli.out_stem(args), result, markdown(result))
     return result
 
 
@@ -271,12 +258,6 @@ def markdown(result: dict) -> str:
     for g in result["t_grid"]:
         lines.append(f"| {g['batch']} | {g['n']} | {g['seconds'] * 1000:.1f} ms | {g['relative']:.2f} |")
     return "\n".join(lines) + "\n"
-
-
-def write(result: dict, stem: Path) -> None:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    Path(f"{stem}.md").write_text(markdown(result), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -15,22 +15,18 @@ per-repetition paired ratio. Writes bench/results/controller-<target>.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import sys
 import time
-from pathlib import Path
 
 import torch
 
 from decoders import costs
 from decoders.controller import TREE_BOUNDS
 
-from . import peers, report, tuning
+from . import cli, peers, report, tuning
 from .__main__ import load_prompts, machine
 from .runner import Method, hf, ours, run_suite, set_threads
 
-RESULTS = Path(__file__).resolve().parent / "results"
 COST = dict(controller="cost")
 T1 = dict(temperature=1.0)
 
@@ -168,29 +164,19 @@ def _costs_line(curves: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--per-kind", type=int, default=2, help="scored prompts per kind (3 kinds)")
+    cli.run_arguments(parser, target="qwen2.5-coder-1.5b", reps=3, stem="controller")
     parser.add_argument("--tune-per-kind", type=int, default=1, help="tuning prompts per kind for HF's grid")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperatures", default="0,1")
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-tune", action="store_true", help="use transformers' defaults as the 'tuned' setting")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    from decoders.models import REGISTRY, load_model
-
     log = print
     threads = set_threads(args.threads)
     began = time.monotonic()
-    draft_name = REGISTRY[args.target].default_draft if args.target in REGISTRY else None
-    models = {"target": load_model(args.target, dtype="float32")}
-    if draft_name:
-        models["draft"] = load_model(draft_name, dtype="float32")
+    models, draft_name = cli.load_pair(args.target)
     curves = {role: costs.measure(lm, refresh=True).to_dict() for role, lm in models.items()}
     tuned = dict(peers.ASSISTED_DEFAULTS) if args.no_tune or not draft_name else \
         tune_assisted(models, args, log)["settings"]
-    prompts = load_prompts(args.per_kind)
+    prompts = load_prompts(args.per_kind, cli.kinds(args))
     methods = []
     for temperature in [float(t) for t in args.temperatures.split(",")]:
         methods += pair_methods(tuned, temperature) if draft_name else single_methods(temperature)
@@ -198,14 +184,10 @@ def main(argv=None) -> int:
     result = {"settings": {"target": args.target, "draft": draft_name, "prompts": len(prompts), "reps": args.reps,
                            "max_new_tokens": args.max_new_tokens, "threads": threads, "machine": machine(),
                            "torch": torch.__version__, "platform": platform.platform(),
-                           "command": " ".join(["python -m bench.controller", *(argv if argv is not None
-                                                                                else sys.argv[1:])]),
+                           "command": cli.command("python -m bench.controller", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "costs": curves, "assisted_tuned": tuned, "rows": rows(records, methods), "records": records}
-    stem = Path(args.out) if args.out else RESULTS / f"controller-{args.target}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    Path(f"{stem}.md").write_text(markdown(result), encoding="utf-8")
+    cli.write(cli.out_stem(args), result, markdown(result))
     print(markdown(result))
     return 0
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -29,12 +28,11 @@ import torch
 
 from decoders.controller import TREE_BOUNDS
 
-from . import report
+from . import cli, report
 from .__main__ import load_prompts
 from .claim_measures import Measurement, Results, repo_command
 from .runner import Method, hf, mark_identity, ours, run_suite, set_threads
 
-RESULTS = Path(__file__).resolve().parent / "results"
 DEPTHS = 6
 
 
@@ -186,13 +184,7 @@ def chart(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.self_drafters", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="smollm2-135m")
-    parser.add_argument("--per-kind", type=int, default=2)
-    parser.add_argument("--kinds", default="chat,code-writing,code-editing")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default=None, help="output stem (default bench/results/self-drafters-<target>)")
+    cli.run_arguments(parser, target="smollm2-135m", reps=3, stem="self-drafters")
     parser.add_argument("--candidate", action="append", default=[], metavar="KIND=FOLDER",
                         help="also race newly trained weights (early-exit=DIR or prophet=DIR) against the shipped "
                              "ones in the same run, before shipping them")
@@ -205,7 +197,7 @@ def main(argv=None) -> int:
     target = load_model(args.target, dtype="float32")
     k = json.loads((store.locate("early-exit", target.name) / "config.json").read_text())["exit_layer"]
     methods = methods_for(k) + [candidate(spec) for spec in args.candidate]
-    kinds = [x.strip() for x in args.kinds.split(",") if x.strip()]
+    kinds = cli.kinds(args)
     prompts = load_prompts(args.per_kind, kinds)
     began = time.monotonic()
     records = run_suite(methods, {"target": target}, prompts, args.reps, args.max_new_tokens)
@@ -216,13 +208,11 @@ def main(argv=None) -> int:
                            "max_new_tokens": args.max_new_tokens, "threads": threads, "exit_layer": k,
                            "layers": len(decoder_layers(target.model)),
                            "machine": f"{platform.machine()} · torch {torch.__version__} · shared CPU",
-                           "command": " ".join(["python -m bench.self_drafters", *(argv if argv is not None else sys.argv[1:])]),
+                           "command": cli.command("python -m bench.self_drafters", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "rows": summarize(records, methods), "reuse": reuse, "records": records}
-    stem = Path(args.out) if args.out else RESULTS / f"self-drafters-{args.target}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    Path(f"{stem}.md").write_text(markdown(result))
+    stem = cli.out_stem(args)
+    cli.write(stem, result, markdown(result))
     chart(result, Path(f"{stem}.png"))
     print(markdown(result))
     return 0

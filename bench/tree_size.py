@@ -30,23 +30,20 @@ bench/results/tree-size-<target>.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from . import report
+from . import cli, report
 from .__main__ import load_prompts
 from decoders import costs
 
 from .runner import Prompt, mark_identity, ours, run_suite, set_threads
 from .trees import PAPER_EAGLE2, methods_for
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 59)
 KS = (2, 4, 10)
 DEPTHS = (1, 2, 3, 4, 6, 8)
@@ -209,34 +206,24 @@ def _ints(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tree_size", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="smollm2-135m")
+    cli.run_arguments(parser, target="smollm2-135m", reps=1, stem="tree-size")
     parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="tree sizes M")
     parser.add_argument("--ks", default=",".join(map(str, KS)), help="EAGLE-2's K (the paper's 10)")
     parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="EAGLE-2's D (the paper's 6)")
     parser.add_argument("--measure", type=int, default=3, help="how many of the best predicted shapes to run")
-    parser.add_argument("--per-kind", type=int, default=2)
-    parser.add_argument("--kinds", default="chat,code-writing,code-editing")
-    parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--cost-repeats", type=int, default=5, help="repetitions of each t(n) timing (median)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default=None, help="output stem (default bench/results/tree-size-<target>)")
     args = parser.parse_args(argv)
-    from decoders.models import REGISTRY, ModelError, load_model
+    from decoders.models import ModelError
 
     candidates, ks, depths = _ints(args.candidates), _ints(args.ks), _ints(args.depths)
     threads = set_threads(args.threads)
-    entry = REGISTRY.get(args.target)
-    draft_name = entry.default_draft if entry is not None else None
     try:
-        models = {"target": load_model(args.target, dtype="float32")}
-        if draft_name:
-            models["draft"] = load_model(draft_name, dtype="float32")
+        models, draft_name = cli.load_pair(args.target)
     except ModelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     head = {} if draft_name else {"eagle_head": "auto"}
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    kinds = cli.kinds(args)
     tuning, scored = load_prompts(args.per_kind, kinds, split="tuning"), load_prompts(args.per_kind, kinds)
     for prompt in tuning + scored:
         prompt.ids = models["target"].encode_prompt(prompt.text, chat=True)
@@ -270,15 +257,12 @@ def main(argv=None) -> int:
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}", "t1_ms": 1000 * t1,
                            "growth_ms_per_step": {str(k): 1000 * v for k, v in per_step.items()},
-                           "command": " ".join(["python -m bench.tree_size", *(argv if argv is not None else sys.argv[1:])]),
+                           "command": cli.command("python -m bench.tree_size", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "curve": curve.to_dict(), "predicted": predicted, "picked": list(shape_of(pick(predicted))),
               "measured": measured, "records": records,
               "chain": {"label": chain.label, "speedup": report.ratio_over(records, chain.key, "ours/baseline")["median"]}}
-    stem = Path(args.out) if args.out else RESULTS / f"tree-size-{args.target}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    Path(f"{stem}.md").write_text(markdown(result), encoding="utf-8")
+    cli.write(cli.out_stem(args), result, markdown(result))
     print(markdown(result))
     return 0
 

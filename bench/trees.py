@@ -14,22 +14,18 @@ Writes bench/results/trees-<target>.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import sys
 import time
-from pathlib import Path
 
 import torch
 
 from decoders.controller import TREE_BOUNDS
 
-from . import report
+from . import cli, report
 from .__main__ import load_prompts
 from .runner import Method, mark_identity, ours, run_suite, set_threads
 from .tuning import hf_assisted
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PAPER_EAGLE2 = dict(tree_k=10, tree_depth=6, tree_m=59)
 PAPER_DDD = dict(tree_k=10, tree_m=59)  # S, x, n, w: DecodeOptions' defaults are the DDD paper's
 CONTROLLED_TREE = dict(**TREE_BOUNDS, controller="cost")  # the Race's cost-aware tree preset
@@ -101,24 +97,12 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.trees", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="smollm2-135m")
-    parser.add_argument("--per-kind", type=int, default=2)
-    parser.add_argument("--kinds", default="chat,code-writing,code-editing")
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default=None, help="output stem (default bench/results/trees-<target>)")
+    cli.run_arguments(parser, target="smollm2-135m", reps=2, stem="trees")
     args = parser.parse_args(argv)
-    from decoders.models import REGISTRY, load_model
-
     threads = set_threads(args.threads)
-    entry = REGISTRY.get(args.target)
-    draft_name = entry.default_draft if entry is not None else None
-    models = {"target": load_model(args.target, dtype="float32")}
-    if draft_name:
-        models["draft"] = load_model(draft_name, dtype="float32")
+    models, draft_name = cli.load_pair(args.target)
     methods = methods_for(grown_by_head=draft_name is None)
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    kinds = cli.kinds(args)
     prompts = load_prompts(args.per_kind, kinds)
     began = time.monotonic()
     records = run_suite(methods, models, prompts, args.reps, args.max_new_tokens)
@@ -127,19 +111,12 @@ def main(argv=None) -> int:
                            "device": str(models["target"].device), "prompts": len(prompts), "kinds": kinds,
                            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}",
-                           "command": " ".join(["python -m bench.trees", *(argv if argv is not None else sys.argv[1:])]),
+                           "command": cli.command("python -m bench.trees", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "rows": summarize(records, methods), "records": records}
-    write(result, Path(args.out) if args.out else RESULTS / f"trees-{args.target}")
+    cli.write(cli.out_stem(args), result, markdown(result))
     print(markdown(result))
     return 0
-
-
-def write(result: dict, stem: Path) -> None:
-    """stem.json and stem.md; the stem is kept whole (a model name like qwen2.5-coder-1.5b has dots in it)."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    Path(f"{stem}.md").write_text(markdown(result), encoding="utf-8")
 
 
 if __name__ == "__main__":
