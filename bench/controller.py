@@ -151,7 +151,39 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['label']} | {r['kind']} | {r['temperature']:g} | {report._f(r['speedup'], 2, '×')} | "
                      f"{report._f(r['vs_hf_tuned'], 2, '×')} | {report._f(r['vs_hf_defaults'], 2, '×')} | "
                      f"{report._f(r['tau'])} | {report._f(r['mean_cap'], 1)} | {r['identical']} |")
+    lines += depth_lines(result)
     return "\n".join(lines) + "\n"
+
+
+def acceptance_by_depth(records: list[dict], method: str, kind: str, depths: int = 6) -> list[float | None]:
+    """P(draft k accepted | drafts 1..k-1 were), k = 1..depths, over the rounds of `method` on `kind` (greedy
+    chains). A geometric acceptance model has one value for every k; rising values mean acceptance comes in runs,
+    which makes a longer draft worth more than a single α predicts."""
+    tested, accepted = [0] * depths, [0] * depths
+    for r in records:
+        if r["method"] != method or r["prompt_kind"] != kind:
+            continue
+        for drafted, kept in r.get("rounds") or []:
+            for k in range(min(drafted, kept + 1, depths)):  # depth k+1 was tested: drafted, and 1..k accepted
+                tested[k] += 1
+                accepted[k] += k < kept
+    return [a / t if t else None for a, t in zip(accepted, tested)]
+
+
+def depth_lines(result: dict) -> list[str]:
+    """The fixed chains' acceptance by depth per prompt kind, next to the controller's single α (its mean)."""
+    fixed = [m for m in ("ours/static-4", "ours/adaedl-8", "ours/lookup-10") if any(r["method"] == m for r in
+                                                                                     result["records"])]
+    if not fixed:
+        return []
+    kinds = sorted({r["prompt_kind"] for r in result["records"]}, key=report._kind_order)
+    lines = ["", "Acceptance by depth at T 0 (greedy chains of the fixed presets: P(draft k accepted | 1..k−1 were)):",
+             "", "| method | kind | k 1 | 2 | 3 | 4 | 5 | 6 |", "|---|---|---|---|---|---|---|---|"]
+    for method in fixed:
+        for kind in kinds:
+            alphas = acceptance_by_depth(result["records"], method, kind)
+            lines.append(f"| {method} | {kind} | " + " | ".join(report._f(a, 2) for a in alphas) + " |")
+    return lines
 
 
 def _costs_line(curves: dict) -> str:
