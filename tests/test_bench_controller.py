@@ -39,3 +39,14 @@ def test_speclab_arms_run_and_the_table_reads():
                                  "assisted_tuned": {"num_assistant_tokens": 20, "assistant_confidence_threshold": 0.4,
                                                     "num_assistant_tokens_schedule": "constant"}})
     assert "cost-aware cap (controller" in table and "t(2) 1.10" in table
+
+
+def test_acceptance_by_depth_counts_each_depth_only_where_it_was_tested():
+    records = [{"method": "ours/static-4", "prompt_kind": "chat", "rounds": [[4, 0], [4, 4], [4, 2], [3, 1]]},
+               {"method": "ours/static-4", "prompt_kind": "chat", "rounds": [[4, 3]]},
+               {"method": "ours/static-4", "prompt_kind": "code-writing", "rounds": [[4, 0]]},
+               {"method": "ours/static-4@t1", "prompt_kind": "chat", "rounds": [[4, 0]]}]
+    # depth 1: tested 5 times, accepted 4; depth 2 (after 1 accepted): 4, 3; depth 3: 3, 2; depth 4: 2 (the 4,4
+    # and the 4,3 rounds), 1; depth 5: never drafted
+    assert controller.acceptance_by_depth(records, "ours/static-4", "chat", depths=5) == [0.8, 0.75, 2 / 3, 0.5, None]
+    assert controller.acceptance_by_depth(records, "ours/static-4", "code-writing", depths=2) == [0.0, None]
