@@ -273,3 +273,21 @@ def test_alpha_forgets_per_tested_token_not_per_round():
     long.update(8, 8)
     assert short.failures == pytest.approx(long.failures)
     assert short.failures < 0.25  # eight tested tokens later the rejection weighs 0.8^8 (1.4 · 0.17)
+
+
+def test_the_draft_cost_prior_counts_the_weights_a_step_reads_packed_or_int8():
+    """c's prior is the bytes of weights each step streams: a packed target keeps its matmul weights outside
+    parameters(), an int8 draft too; counted by parameters, a packed target's own unpacked copy looked 17 times
+    dearer than the target."""
+    import copy
+
+    from decoders import kernels, registry
+    from tiny import tiny_llama
+
+    target = tiny_llama(layers=4)
+    twin = copy.deepcopy(target)
+    if kernels.packing_available(target.model):
+        kernels.pack(target.model)
+    assert registry._size_ratio(registry.BuildContext(None, None, target, twin)) == pytest.approx(1.0, rel=0.05)
+    kernels.quantize_int8(twin.model)  # 1-byte weights: about a quarter of the float32 bytes, embeddings aside
+    assert 0.2 < registry._size_ratio(registry.BuildContext(None, None, target, twin)) < 0.5
