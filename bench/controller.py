@@ -200,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tune-per-kind", type=int, default=1, help="tuning prompts per kind for HF's grid")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--no-tune", action="store_true", help="use transformers' defaults as the 'tuned' setting")
+    parser.add_argument("--methods", default=None, help="only these method keys, comma-separated (e.g. "
+                        "ours/baseline,ours/chain-cost,ours/static-4): a focused re-run; the baseline is always kept")
     args = parser.parse_args(argv)
     log = print
     threads = set_threads(args.threads)
@@ -212,6 +214,9 @@ def main(argv=None) -> int:
     methods = []
     for temperature in [float(t) for t in args.temperatures.split(",")]:
         methods += pair_methods(tuned, temperature) if draft_name else single_methods(temperature)
+    if args.methods:
+        keep = {"ours/baseline", *(k.strip() for k in args.methods.split(","))}
+        methods = [m for m in methods if m.key.split("@")[0] in keep]
     records = run_suite(methods, models, prompts, args.reps, args.max_new_tokens, log=log)
     result = {"settings": {"target": args.target, "draft": draft_name, "prompts": len(prompts), "reps": args.reps,
                            "max_new_tokens": args.max_new_tokens, "threads": threads, "machine": machine(),

@@ -50,3 +50,30 @@ def test_acceptance_by_depth_counts_each_depth_only_where_it_was_tested():
     # and the 4,3 rounds), 1; depth 5: never drafted
     assert controller.acceptance_by_depth(records, "ours/static-4", "chat", depths=5) == [0.8, 0.75, 2 / 3, 0.5, None]
     assert controller.acceptance_by_depth(records, "ours/static-4", "code-writing", depths=2) == [0.0, None]
+
+
+def test_a_focused_rerun_keeps_only_the_named_methods_and_the_baseline(monkeypatch, tmp_path):
+    from tiny import noisy_copy, tiny_llama
+
+    target = tiny_llama(layers=4)
+    models = {"target": target, "draft": noisy_copy(target, noise=0.02)}
+    monkeypatch.setattr(controller.cli, "load_pair", lambda name: (models, "tiny-draft"))
+    monkeypatch.setattr(controller.costs, "measure", lambda lm, refresh=True: _FakeCurve())
+    seen = {}
+
+    def run_suite(methods, *args, **kwargs):
+        seen["keys"] = [m.key for m in methods]
+        return []
+
+    monkeypatch.setattr(controller, "run_suite", run_suite)
+    monkeypatch.setattr(controller, "rows", lambda records, methods: [])
+    monkeypatch.setattr(controller, "markdown", lambda result: "")
+    controller.main(["--no-tune", "--methods", "ours/chain-cost,ours/static-4", "--temperatures", "0,1",
+                     "--out", str(tmp_path / "c")])
+    assert seen["keys"] == ["ours/baseline", "ours/chain-cost", "ours/static-4", "ours/baseline@t1",
+                            "ours/chain-cost@t1", "ours/static-4@t1"]
+
+
+class _FakeCurve:
+    def to_dict(self):
+        return {}
