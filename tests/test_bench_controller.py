@@ -35,10 +35,11 @@ def test_speclab_arms_run_and_the_table_reads():
     curve = {"model": "tiny", "step_seconds": 0.01, "chain": {"2": 1.1, "4": 1.2}}
     table = controller.markdown({"settings": {"target": "tiny", "machine": "test", "command": "x", "prompts": 2,
                                               "reps": 1, "max_new_tokens": 12, "threads": 1, "minutes": 0.0},
-                                 "costs": {"target": curve}, "rows": rows,
+                                 "costs": {"target": curve}, "rows": rows, "records": records,
                                  "assisted_tuned": {"num_assistant_tokens": 20, "assistant_confidence_threshold": 0.4,
                                                     "num_assistant_tokens_schedule": "constant"}})
     assert "cost-aware cap (controller" in table and "t(2) 1.10" in table
+    assert "| ours/static-4 | chat | " in table  # the fixed chain's acceptance by depth
 
 
 def test_acceptance_by_depth_counts_each_depth_only_where_it_was_tested():
