@@ -150,11 +150,12 @@ CLAIMS: tuple[Claim, ...] = (
           "up to 1.68× on Spec-Bench", Figure(1.68, "up to 1.68×"),
           "A 135M target on a 2-core CPU, and a block trained for minutes instead of GPU-hours.",
           "SpecLab's early exit is Kangaroo's structure (the target's first k layers shared with verification, one "
-          "trained block, the target's LM head, a confidence stop); the block is trained for minutes on a shared "
-          "CPU on ~20k tokens, and on a CPU verifying n tokens costs more than one step.",
+          "trained block, the target's LM head, a confidence stop); the block is trained for 30 minutes on a "
+          "shared CPU (~20k tokens of dataset text, then ~80k of the target's own replies), and on a CPU verifying "
+          "n tokens costs more than one step.",
           speedup_of("ours/early-exit", "SpecLab early exit"),
           Headline("self-drafters-smollm2-135m", "ours/early-exit",
-                   "the paper's structure on SmolLM2, 6 prompts × 3 reps, beside transformers' early exit")),
+                   "the paper's structure on SmolLM2, beside transformers' early exit in the same run")),
     Claim("LayerSkip (self-speculation)", "Elhoushi et al., ACL 2024, arXiv:2404.16710, abstract",
           "Llama models trained with layer dropout + early-exit loss, GPU; CNN/DM summarization and HumanEval code",
           "up to 2.16× on summarization, 1.82× on code", Figure(1.82, "1.82–2.16×", True),

@@ -168,9 +168,9 @@ LESSONS: list[Lesson] = [
            "verification runs only layers k+1..L (blue: shared; grey: verification only; orange: the trained "
            "block). A **prophet** is a small trained decoder fed the target's last hidden state; it then drafts "
            "on its own, cheaply but with no context of its own. An **EAGLE head** (lesson 5) sits between them: "
-           "one trained layer that reads the target's hidden features at every position. All three are trained on "
-           "the target's own outputs (`python -m decoders.selfdraft train`), and all three stay exact: the target "
-           "verifies every token. bench/results/self-drafters-smollm2-135m.md compares them.",
+           "one trained layer that reads the target's hidden features at every position. All three learn the "
+           "target's own next-token distribution (the shipped early exit and prophet on the target's own replies: "
+           "`python -m decoders.selfdraft train`), and all three stay exact: the target verifies every token. bench/results/self-drafters-smollm2-135m.md compares them.",
            "self_draft", "early-exit-chat.json"),
 ]
 
