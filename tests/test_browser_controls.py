@@ -51,6 +51,12 @@ def slider_value(page, label: str) -> float:
     return float(page.locator(f'input[aria-label="number input for {label}"]').input_value())
 
 
+def wait_slider(page, label: str, value: float) -> None:
+    """The server's reply sets the slider some time after the click (seconds on a loaded machine): wait for it."""
+    page.wait_for_function("([sel, v]) => { const i = document.querySelector(sel); return i && Number(i.value) === v; }",
+                           arg=[f'input[aria-label="number input for {label}"]', value])
+
+
 def wait_checked(page, value: str) -> None:
     page.wait_for_function("(v) => [...document.querySelectorAll('fieldset input:checked')].some(i => i.value === v)",
                            arg=value)
@@ -104,10 +110,10 @@ def test_the_lambda_slider_follows_the_rule(page):
     choose_layer_skip_with_adaedl(page)
     assert slider_value(page, "initial λ") == 0.5
     radio(page, "Draft-length rule").get_by_text("max-confidence", exact=True).click()
-    page.wait_for_timeout(1500)
+    wait_slider(page, "initial λ", 0.4)
     assert slider_value(page, "initial λ") == 0.4
     radio(page, "Draft-length rule").get_by_text("adaedl", exact=True).click()
-    page.wait_for_timeout(1500)
+    wait_slider(page, "initial λ", 0.5)
     assert slider_value(page, "initial λ") == 0.5
 
 
