@@ -67,9 +67,11 @@ class KVPlan:
 
     def capacity(self, widest: int) -> int:
         """Slots per layer for a model whose widest write after the committed tokens is `widest` tokens (a tree,
-        a draft tree's frontiers), plus the padding of a fixed-shape forward to its bucket."""
-        padding = max(self.buckets) if self.fixed else 0
-        return self.committed + max(widest, 0) + padding
+        a draft tree's frontiers), plus the padding of a fixed-shape forward to its bucket. With graphs, rounded up
+        to a power of two (at least 256): runs of similar length then share one kept buffer and its graphs."""
+        padding = max(self.buckets, default=0) if self.fixed else 0
+        slots = self.committed + max(widest, 0) + padding
+        return max(256, 1 << (slots - 1).bit_length()) if self.graphs else slots
 
 
 def resolve(kind: str, device: torch.device, graphs: bool = False) -> str:

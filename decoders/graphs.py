@@ -20,9 +20,16 @@ transformers 5.23 that fails at the second call ("accessing tensor output of CUD
 from StaticLayer's cumulative_length.add_), and its cache has no rollback or tree compaction anyway. Capturing
 torch.cuda.CUDAGraph around the stock model forward keeps the model unchanged, keeps the buffers' index moves in
 Python between replays, and is the part a GPU session can check against eager token for token (tests/test_graphs.py).
+
+A capture costs about three forwards (two warm-ups and the capture), more than a short run's whole decode on a fast
+GPU, so with graphs on a model's buffers and graphs outlive the run: `lease` hands a run the model's kept
+FixedForward of its capacity (free, i.e. not used by another runner right now, such as a draft model that is the
+target itself) and `give_back` returns it, lengths reset. They are kept per model object, weakly: unloading the
+model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length share them.
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -85,7 +92,7 @@ class _Captured:
 
     def __init__(self, graph, packed: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor | None):
         self.graph, self.packed, self.logits, self.hidden = graph, packed, logits, hidden
-        self.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+        self.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
 
 
 class FixedForward:
@@ -96,8 +103,10 @@ class FixedForward:
                  window: int | None = None):
         self.model, self.cache, self.buckets, self.window = model, cache, tuple(buckets), window
         self.graphs = graphs
+        self.leased = False  # held by a runner (graphs only: see lease)
         self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
         self.captured: dict[tuple[int, bool], _Captured] = {}
+        self.uses: dict[tuple[int, bool], int] = {}  # forwards run per (width, hidden): a graph from the second on
         self.pool = None  # one memory pool shared by every graph of this model
         self.counts = {"graph": 0, "eager": 0}
         self.widths: set[int] = set()
@@ -114,7 +123,9 @@ class FixedForward:
                              "avoids it)")
         packed = pack_inputs(tokens, parents, start, width)
         self.widths.add(width)
-        if self._replayable(width):
+        key = (width, hidden)
+        self.uses[key] = self.uses.get(key, 0) + 1
+        if self._replayable(width) and self.uses[key] > 1:  # a width used once (the prefill) is not worth a capture
             logits, states = self._replay(packed, width, n, hidden)
             self.counts["graph"] += 1
         else:
@@ -132,7 +143,8 @@ class FixedForward:
             self.paused = paused
 
     def summary(self) -> dict:
-        return {**self.counts, "widths": sorted(self.widths)}
+        return {**self.counts, "widths": sorted(self.widths),
+                "captured": sorted({width for width, _ in self.captured})}
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -161,20 +173,52 @@ class FixedForward:
         return captured.logits.clone(), (captured.hidden.clone() if hidden else None)
 
     def _capture(self, packed: torch.Tensor, width: int, hidden: bool) -> _Captured:
-        """Warm up on a side stream (as CUDA requires), then capture; the cache's lengths are put back afterwards, so
-        the first replay is the round's real forward (the warm-ups wrote the same values at the same slots)."""
+        """Capture this forward; the cache's lengths are put back afterwards, so the first replay is the round's real
+        forward (the warm-ups wrote the same values at the same slots)."""
         static = packed.to(self._device())
         lengths = self.cache.lengths()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._eager(static, width, 0, hidden)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits, states = self._eager(static, width, 0, hidden)
+        graph, (logits, states), self.pool = capture(lambda: self._eager(static, width, 0, hidden), self.pool)
         self.cache.set_lengths(lengths)
         return _Captured(graph, static, logits, states)
+
+
+def capture(forward, pool=None):
+    """torch.cuda.CUDAGraph of `forward()` (which must read and write only tensors that outlive the graph): warm-ups
+    on a side stream first, as CUDA requires; `pool` is the memory pool to share (None: a new one). -> (graph, the
+    outputs the captured forward returned, which every replay overwrites, the pool)"""
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = forward()
+    return graph, outputs, pool
+
+# model -> its FixedForwards with graphs, kept between runs (see the module docstring); one process-wide table, like
+# the loaded models themselves (decoders/README.md, "Process-wide state")
+_KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.WeakKeyDictionary()
+
+
+def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
+    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
+    kept = _KEPT.setdefault(model, [])
+    for forward in kept:
+        if not forward.leased and forward.cache.capacity == capacity and forward.buckets == tuple(buckets):
+            break
+    else:
+        forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)
+        kept.append(forward)
+    forward.leased = True
+    forward.counts, forward.widths = {"graph": 0, "eager": 0}, set()  # this run's own figures
+    forward.cache.reset()
+    return forward
+
+
+def give_back(forward: FixedForward) -> None:
+    """A run ended: its buffers' contents are void (lengths 0); buffers and graphs wait for the next run."""
+    forward.cache.reset()
+    forward.leased = False

@@ -17,7 +17,7 @@ from torch import nn
 
 from . import cache as kv
 from .buffers import KVPlan
-from .graphs import FixedForward
+from .graphs import FixedForward, give_back, lease
 from .tree import DraftTree, attention_mask_4d, position_ids
 
 DYNAMIC = KVPlan()
@@ -38,11 +38,17 @@ class CachedModel:
         self.fixed: FixedForward | None = None
         self._new_cache()
 
-    def _new_cache(self) -> None:
+    def _new_cache(self, graphs: bool | None = None) -> None:
+        """A fresh cache. With graphs, the model's kept buffers and graphs of this capacity (decoders/graphs.lease)."""
+        graphs = self.plan.graphs if graphs is None else graphs
+        window = kv.sliding_window(self.model)
+        if self.plan.fixed and graphs:
+            self.fixed = lease(self.model, self.capacity, self.plan.buckets, window)
+            self.cache = self.fixed.cache
+            return
         self.cache = kv.new_cache(self.model, self.capacity)
         if self.plan.fixed:
-            self.fixed = FixedForward(self.model, self.cache, self.plan.buckets, self.plan.graphs,
-                                      kv.sliding_window(self.model))
+            self.fixed = FixedForward(self.model, self.cache, self.plan.buckets, window=window)
 
     @property
     def length(self) -> int:
@@ -119,7 +125,12 @@ class CachedModel:
         return out
 
     def release(self) -> None:
-        """Free the cache tensors and any captured graphs (called from `finally` when a run ends or is cancelled)."""
+        """Free the cache tensors (called from `finally` when a run ends or is cancelled). With graphs the buffers and
+        graphs go back to the model's kept ones for the next run, and this runner goes on eagerly, if used again."""
+        if self.fixed is not None and self.fixed.leased:
+            give_back(self.fixed)
+            self._new_cache(graphs=False)
+            return
         self._new_cache()
 
 

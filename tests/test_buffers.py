@@ -11,64 +11,19 @@ from dataclasses import replace
 
 import pytest
 import torch
+from kv_helpers import LENGTH, METHODS, PROMPTS, TREE, drafter_pair, options_for
 
 from decoders import DecodeOptions, OptionsError, generate
 from decoders.buffers import BUCKETS, BufferFull, BufferLayer, KVPlan
 from decoders.runner import CachedModel
 from decoders.tree import DraftTree
 
-PROMPTS = {"short": [10, 11, 12, 10, 11, 12, 10, 11],  # repeats: prompt lookup finds matches
-           "long": [3, 9, 4, 1, 7, 22, 5, 8, 30, 2, 9, 4, 1, 7, 40, 5, 6, 33, 12, 3]}  # a 19-token prefill: width 32
 BUFFERS = ("static", "fixed")
-LENGTH = 30
-TREE = dict(tree_k=3, tree_depth=4, tree_m=10)
-METHODS = {
-    "baseline": dict(),
-    "draft model, static": dict(method="speculative", drafter="draft-model", rule="static", gamma=3),
-    "draft model, AdaEDL": dict(method="speculative", drafter="draft-model", rule="adaedl", max_draft=6),
-    "prompt lookup": dict(method="speculative", drafter="prompt-lookup", gamma=4),
-    "layer skip": dict(method="speculative", drafter="layer-skip", skip_layers=(1, 2)),
-    "eagle1": dict(method="speculative", drafter="eagle1"),
-    "eagle2": dict(method="speculative", drafter="eagle2", **TREE),
-    "ddd": dict(method="speculative", drafter="ddd", tree_k=3, tree_m=12, ddd_checks=(2, 3), ddd_x=-1.0,
-                ddd_steps=5, ddd_width=4),
-    "eagle2 head": dict(method="speculative", drafter="eagle2", eagle_head="HEAD", **TREE),
-    "ddd head": dict(method="speculative", drafter="ddd", eagle_head="HEAD", tree_k=3, tree_m=12, ddd_checks=(2, 3),
-                     ddd_x=-1.0, ddd_steps=5, ddd_width=4),
-    "early exit": dict(method="speculative", drafter="early-exit", self_weights="EXIT", rule="adaedl"),
-    "prophet": dict(method="speculative", drafter="prophet", self_weights="PROPHET", gamma=3),
-}
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """A 4-layer target, a noisy copy as draft model, and a saved EAGLE head, exit block (k 1) and prophet."""
-    from tiny import noisy_copy, tiny_llama
-
-    from decoders.eagle.head import EagleHead
-    from decoders.eagle.official import save_official
-    from decoders.selfdraft import store
-    from decoders.selfdraft.heads import ExitBlock, Prophet
-
-    target = tiny_llama(seed=5, layers=4)
-    folder = tmp_path_factory.mktemp("drafters")
-    torch.manual_seed(0)
-    save_official(EagleHead(target.model), folder / "head")
-    block = ExitBlock(target.model, 1)
-    prophet = Prophet(target.model, 1)
-    with torch.no_grad():  # noise: drafts the target sometimes rejects, so rollback runs
-        for module in (block.layers, prophet):
-            for p in module.parameters():
-                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
-    store.save(block, folder / "exit")
-    store.save(prophet, folder / "prophet")
-    paths = {"HEAD": str(folder / "head"), "EXIT": str(folder / "exit"), "PROPHET": str(folder / "prophet")}
-    return {"target": target, "draft": noisy_copy(target, noise=0.05), "paths": paths}
-
-
-def options_for(name: str, pair, **more) -> DecodeOptions:
-    settings = {k: pair["paths"].get(v, v) if isinstance(v, str) else v for k, v in METHODS[name].items()}
-    return DecodeOptions(max_new_tokens=LENGTH, **settings, **more)
+    return drafter_pair(tmp_path_factory.mktemp("drafters"))
 
 
 _REFERENCE: dict[tuple, list[int]] = {}
