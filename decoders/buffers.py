@@ -76,7 +76,7 @@ class KVPlan:
 
 def resolve(kind: str, device: torch.device, graphs: bool = False) -> str:
     """The kv_cache option on this device: "auto" is dynamic on a CPU (static buffers were not faster there:
-    bench/results/gpu-cpu-trees.md) and fixed on CUDA, where fixed shapes are what makes a step capturable."""
+    bench/results/gpu-cpu-trees-smollm2-135m.md) and fixed on CUDA, where fixed shapes are what makes a step capturable."""
     if kind != "auto":
         return kind
     return "fixed" if device.type == "cuda" or graphs else "dynamic"
