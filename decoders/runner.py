@@ -32,7 +32,7 @@ class CachedModel:
     def __init__(self, model: nn.Module, plan: KVPlan = DYNAMIC, widest: int = 0):
         self.model = model
         self.device = next(model.parameters()).device
-        self.plan, self.widest = plan, widest
+        self.plan = plan
         self.capacity = plan.capacity(widest) if plan.static else None
         self.peak_bytes = 0  # the most KV memory this runner's cache has held after a forward, over its whole life
         self.fixed: FixedForward | None = None
