@@ -10,7 +10,9 @@ round, after the verification forward (a replayed CUDA graph's outputs, decoders
                     trace's NodeRecord.p: the warped p, or at temperature 0 the unwarped softmax)
 The argmax is topk's first entry, so finding it costs the same one pass over the logits the argmax alone did; an
 exact tie between a row's two best logits goes to topk's order, in the baseline and every method alike.
-Sampled verification still reads its own draws as it walks the tree (decoders/verify.py).
+Sampled verification still reads its own draws as it walks the tree (decoders/verify.py). The copy happens inside the
+round's verification time (it is what verification waits for); with recording on, that includes the node
+probabilities' one pass over the rows.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import raw_probs
 from .tree import DraftTree
 
 
@@ -40,13 +41,21 @@ def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, re
     parts = [ids.double().flatten(), values.double().flatten()]  # token ids are exact in float64
     nodes = tree.size - 1
     if record and nodes:
-        shown = raw_probs(logits) if p is None else p  # (N+1, V)
         parents = torch.tensor(tree.parents[1:], device=logits.device)  # (N,)
         tokens = torch.tensor(tree.tokens[1:], device=logits.device)  # (N,)
-        parts.append(shown[parents, tokens].double())  # (N,)
+        parts.append(_shown(logits, p, parents, tokens).double())  # (N,)
     host = torch.cat(parts).cpu().tolist()  # the one device-to-host copy
     best = [int(i) for i in host[:2 * rows]]
     scores = host[2 * rows:4 * rows]
     top2 = [[[best[2 * r], scores[2 * r]], [best[2 * r + 1], scores[2 * r + 1]]] for r in range(rows)]
     shown_p = host[4 * rows:] if record and nodes else None
     return RoundReadout([best[2 * r] for r in range(rows)], top2, shown_p)
+
+
+def _shown(logits: torch.Tensor, p: torch.Tensor | None, parents: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each node's token under its parent's row: from the warped p, or at temperature 0 the unwarped softmax's
+    entries, computed as exp(logit - logsumexp) from one pass over the rows, not a whole (N+1, V) softmax. (N,)"""
+    if p is not None:
+        return p[parents, tokens]
+    scores = logits.float()  # (N+1, V)
+    return torch.exp(scores[parents, tokens] - torch.logsumexp(scores, dim=-1)[parents])
