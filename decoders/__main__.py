@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", default=defaults.dtype, choices=DTYPES)
     run.add_argument("--device", default=defaults.device, help="auto | cpu | cuda")
     run.add_argument("--kv-cache", default=defaults.kv_cache, choices=KV_CACHES,
-                     help="dynamic | static | fixed (bucketed shapes) | auto (dynamic on a CPU, fixed on CUDA)")
+                     help="dynamic | static | fixed (bucketed shapes) | auto (dynamic; fixed with --cuda-graphs)")
     run.add_argument("--cuda-graphs", action="store_true", help="replay fixed-shape forwards as CUDA graphs (GPU)")
     run.add_argument("--no-record", action="store_true", help="keep counters only (tokens are identical)")
     run.add_argument("--trace", type=Path, default=None, help="write the trace JSON here")

@@ -75,11 +75,14 @@ class KVPlan:
 
 
 def resolve(kind: str, device: torch.device, graphs: bool = False) -> str:
-    """The kv_cache option on this device: "auto" is dynamic on a CPU (static buffers were not faster there:
-    bench/results/gpu-cpu-trees-smollm2-135m.md) and fixed on CUDA, where fixed shapes are what makes a step capturable."""
+    """The kv_cache option for this run: "auto" is the DynamicCache, the path every measured figure so far ran on,
+    unless cuda_graphs asks for fixed shapes. Static buffers become auto's choice only where a measurement shows them
+    not slower: on a CPU bench.gpu_cpu_trees races the three kinds, on a GPU `python -m bench.gpu` (its baseline
+    arms: DynamicCache, fixed eager, graphs) has yet to run. `device` is where the run decodes (kept for that
+    choice)."""
     if kind != "auto":
         return kind
-    return "fixed" if device.type == "cuda" or graphs else "dynamic"
+    return "fixed" if graphs else "dynamic"
 
 
 def check_graphs(graphs: bool, device: torch.device) -> None:

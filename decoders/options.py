@@ -57,7 +57,7 @@ class DecodeOptions:
     device: str = "auto"
     kv_cache: str = "auto"  # "dynamic" (transformers' DynamicCache), "static" (one preallocated buffer per model, read
     #                         as growing views), "fixed" (the buffer read whole at bucketed widths: what CUDA graphs
-    #                         replay), "auto" (dynamic on a CPU, fixed on CUDA): decoders/buffers.py
+    #                         replay), "auto" (dynamic, or fixed when cuda_graphs asks for it): decoders/buffers.py
     cuda_graphs: bool = False  # replay the fixed-shape forwards as captured CUDA graphs (a GPU only; decoders/graphs.py)
     chat: bool = True  # apply the model's chat template to the prompt
     width: int = 8  # beam methods: beams kept (DSBD: W, the draft draws per layer and the widest layer)

@@ -196,13 +196,14 @@ def test_options_name_the_cache_kinds_and_refuse_graphs_without_fixed_shapes(tin
         generate(DecodeOptions(cuda_graphs=True, max_new_tokens=4), [1, 2, 3], target=tiny)
 
 
-def test_auto_keeps_the_dynamic_cache_on_a_cpu(tiny):
+def test_auto_keeps_the_dynamic_cache_unless_graphs_ask_for_fixed_shapes(tiny):
     from decoders.buffers import resolve
 
     trace = generate(DecodeOptions(max_new_tokens=4), [1, 2, 3], target=tiny)
     assert trace.runtime["target"] == {"kv_cache": "dynamic", "capacity": None}
     assert trace.runtime["device"] == "cpu" and "threads" in trace.runtime["machine"]
-    assert resolve("auto", torch.device("cuda")) == "fixed" and resolve("auto", torch.device("cpu")) == "dynamic"
+    assert resolve("auto", torch.device("cpu")) == resolve("auto", torch.device("cuda")) == "dynamic"
+    assert resolve("auto", torch.device("cuda"), graphs=True) == "fixed"
 
 
 def test_the_runtime_field_survives_json_and_older_traces_load(tiny):
