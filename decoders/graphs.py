@@ -48,12 +48,12 @@ def pack_inputs(tokens: list[int], parents: list[int], start: int, width: int) -
     """The host side of one fixed-shape forward: [ids (w) | positions (w) | start | ancestors (w*w)] as int64, on
     the CPU. Rows n..w-1 are padding (see the module docstring)."""
     n = len(tokens)
-    packed = torch.zeros(2 * width + 1 + width * width, dtype=torch.long)  # (2w + 1 + w*w,)
-    packed[:n] = torch.tensor(tokens)
-    packed[width:width + n] = torch.tensor(depths(parents)) + start
+    packed = torch.zeros(2 * width + 1 + width * width, dtype=torch.long, device="cpu")  # (2w + 1 + w*w,)
+    packed[:n] = torch.tensor(tokens, device="cpu")
+    packed[width:width + n] = torch.tensor(depths(parents), device="cpu") + start
     packed[width + n:2 * width] = start  # padding rows: any position; nothing real attends to them
     packed[2 * width] = start
-    ancestors = torch.eye(width, dtype=torch.long)  # (w, w): a padding row sees itself only (no empty softmax row)
+    ancestors = torch.eye(width, dtype=torch.long, device="cpu")  # (w, w): a padding row sees itself only
     ancestors[:n, :n] = ancestor_mask(parents).long()
     packed[2 * width + 1:] = ancestors.flatten()
     return packed

@@ -57,6 +57,21 @@ def test_every_method_decodes_the_same_tokens_as_with_a_dynamic_cache(pair, name
         assert trace.totals["accepted"] < trace.totals["drafted"]
 
 
+@pytest.mark.parametrize("kind", BUFFERS)
+# Not the trees (their masks are built on the CPU on purpose, decoders/tree.py) nor the heads (loaded from disk):
+# neither runs under meta, with any cache.
+@pytest.mark.parametrize("name", ["draft model, AdaEDL", "prompt lookup", "layer skip"])
+def test_buffers_create_no_tensor_off_the_model_device(pair, name, kind):
+    """The CPU guard tests/test_cuda.py uses: inside torch.device("meta") a tensor made without device= lands on
+    the meta device and reading it raises, so a buffer, slot index, mask or readout made off the model's device
+    fails here before it fails on a GPU."""
+    options = options_for(name, pair, kv_cache=kind, temperature=1.0, seed=2)
+    expected = generate(options, PROMPTS["long"], target=pair["target"], draft=pair["draft"]).output_ids
+    with torch.device("meta"):
+        trace = generate(options, PROMPTS["long"], target=pair["target"], draft=pair["draft"])
+    assert trace.output_ids == expected
+
+
 def test_greedy_output_with_buffers_equals_the_baseline(pair):
     """The lossless promise itself, not only agreement with the dynamic cache: a fixed-buffer tree equals the greedy
     baseline with a dynamic cache."""
@@ -134,7 +149,7 @@ def test_an_off_by_one_slot_in_compaction_is_caught(tiny, monkeypatch):
     def off_by_one(self, block, keep):
         start = self.length - block
         source = (keep + start + 1).clamp(max=self.capacity - 1)
-        target = torch.arange(start, start + keep.numel())
+        target = torch.arange(start, start + keep.numel(), device=keep.device)
         for tensor in (self.keys, self.values):
             tensor.index_copy_(2, target, tensor.index_select(2, source))
         self.length = start + keep.numel()
@@ -187,13 +202,17 @@ def test_the_runs_budget_is_exactly_what_a_run_writes(pair, monkeypatch):
 
 # ---------------------------------------------------------------- choosing the cache
 
-def test_options_name_the_cache_kinds_and_refuse_graphs_without_fixed_shapes(tiny):
+def test_options_name_the_cache_kinds_and_refuse_graphs_without_fixed_shapes():
+    from tiny import tiny_llama
+
     with pytest.raises(OptionsError, match="unknown kv_cache 'paged'"):
         DecodeOptions(kv_cache="paged").validate()
     with pytest.raises(OptionsError, match="kv_cache='fixed'"):
         DecodeOptions(kv_cache="dynamic", cuda_graphs=True).validate()
+    on_cpu = tiny_llama(layers=2)
+    on_cpu = replace(on_cpu, model=on_cpu.model.cpu(), device=torch.device("cpu"))  # whatever SPECLAB_TEST_DEVICE is
     with pytest.raises(OptionsError, match="this run is on cpu"):
-        generate(DecodeOptions(cuda_graphs=True, max_new_tokens=4), [1, 2, 3], target=tiny)
+        generate(DecodeOptions(cuda_graphs=True, max_new_tokens=4), [1, 2, 3], target=on_cpu)
 
 
 def test_auto_keeps_the_dynamic_cache_unless_graphs_ask_for_fixed_shapes(tiny):
@@ -201,7 +220,7 @@ def test_auto_keeps_the_dynamic_cache_unless_graphs_ask_for_fixed_shapes(tiny):
 
     trace = generate(DecodeOptions(max_new_tokens=4), [1, 2, 3], target=tiny)
     assert trace.runtime["target"] == {"kv_cache": "dynamic", "capacity": None}
-    assert trace.runtime["device"] == "cpu" and "threads" in trace.runtime["machine"]
+    assert trace.runtime["device"].startswith(tiny.device.type) and "PyTorch" in trace.runtime["machine"]
     assert resolve("auto", torch.device("cpu")) == resolve("auto", torch.device("cuda")) == "dynamic"
     assert resolve("auto", torch.device("cuda"), graphs=True) == "fixed"
 
