@@ -11,7 +11,8 @@ import pytest
 from app.figures.claims import CLAIMS_CSS
 from app.tabs import claims as claims_tab
 from bench import claims, leviathan, report
-from bench.claim_measures import RATIO_WORDING, repo_command
+from bench.claim_measures import repo_command
+from bench.claim_types import RATIO_WORDING
 from bench.costs import alpha_from_tau, leviathan_speedup
 
 PLD = {"key": "ours/prompt-lookup", "label": "SpecLab prompt lookup", "family": "ours", "kind": "prompt-lookup",
@@ -271,7 +272,7 @@ def test_the_benchmark_report_rewrites_claims_only_for_the_real_results_folder(r
     monkeypatch.setattr(report, "markdown", lambda result: "table")
     monkeypatch.setattr(report, "chart", lambda result, path: str(path))
     assert "claims" not in report.write({}, tmp_path / "elsewhere", "x")  # a test's scratch folder: no rewrite
-    monkeypatch.setattr(claims, "RESULTS", results.resolve())
+    monkeypatch.setattr(report, "RESULTS", results.resolve())
     assert report.write({}, results, "x")["claims"] == tmp_path / "CLAIMS.md"
     assert written == [results]
 
