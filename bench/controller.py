@@ -118,7 +118,7 @@ def _sampled(method: Method, temperature: float) -> Method:
 def tune_assisted(models: dict, args, draft_quants, log) -> dict:
     """draft_quant -> transformers' best assisted setting on the tuning prompts with that draft (paired with
     SpecLab's baseline), for each precision whose tuned arm this run scores."""
-    prompts = load_prompts(args.tune_per_kind, None, split="tuning")
+    prompts = load_prompts(args.tune_per_kind, cli.kinds(args), split="tuning")
     groups = [tuning.assisted_group(quant) for quant in draft_quants]
     decisions, _ = tuning.run_tuning(groups, models, prompts,
                                      argparse.Namespace(tune_reps=1, tune_max_new=args.max_new_tokens), log)

@@ -9,9 +9,9 @@ pooling α over kinds and setting it against a median of per-kind speed-ups comp
 
 Where the rounds come from, per run record (bench/runner.py):
 - `rounds`: [[drafted, accepted], ...] per round, recorded by the runner (or, for files written before it recorded
-  them, replayed from the recorded output by `python -m bench.replay` (formerly `bench.leviathan replay`): prompt lookup is a pure function
-  of the context, so at temperature 0 its drafts can be recomputed; a replay is kept only when its drafted,
-  accepted and round totals equal the run's);
+  them, replayed from the recorded output by `python -m bench.replay`, formerly `bench.leviathan replay`: prompt
+  lookup is a pure function of the context, so at temperature 0 its drafts can be recomputed; a replay is kept only
+  when its drafted, accepted and round totals equal the run's);
 - otherwise only whole runs in which every round drafted γ (drafted = γ × rounds) count ("whole runs"): the totals
   cannot say which rounds of a mixed run were full, so such a run is left out and the row says so.
 """

@@ -78,8 +78,8 @@ def markdown(results: dict) -> str:
              f"`{results['command']}` · {results['date']} · smollm2-135m, auto (float32), greedy, {results['tokens']} "
              f"new tokens · {results['machine']} · each method a warm-up then 3 timed runs (median; range in "
              f"brackets) · {results['load']['label']}: compare within a prompt.", "",
-             "| prompt | method | tokens/s (median) [range] | × baseline | τ | acceptance | γ | identical to baseline |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| prompt | method | tokens/s (median) [range] | × baseline | τ | acceptance | γ | identical to "
+             "baseline |", "|---|---|---|---|---|---|---|---|"]
     for name, rows in results["prompts"].items():
         for row in rows:
             spread = f" [{row['spread'][0]:.1f}–{row['spread'][1]:.1f}]" if row["spread"] else ""

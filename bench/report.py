@@ -233,7 +233,8 @@ def markdown(result: dict) -> str:
                 ident += f" (first diff at token {row['first_divergence'][0]})"
             draft = f"{row.get('draft') or '–'} / {row.get('peer_draft') or '–'}" if row.get("peer") else \
                 row.get("draft") or "–"
-            lines.append(f"| {row['label']} | {draft} | {row['kind']} | {_f(row['tok_s'])} | {_sp(row['tok_s_spread'])} | "
+            lines.append(f"| {row['label']} | {draft} | {row['kind']} | {_f(row['tok_s'])} | "
+                         f"{_sp(row['tok_s_spread'])} | "
                          f"{_f(row['speedup'])} | {peer} | {stock} | {_f(row['tau'])} | {_f(row['acceptance'])} | "
                          f"{_f(row['speedup_per_tau'])} | {ident} | {_f(row.get('S_leviathan'))} | "
                          f"{_f(row.get('S_with_t'))} |")

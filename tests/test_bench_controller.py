@@ -10,7 +10,8 @@ from bench.runner import Prompt, run_suite
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-TUNED = {"num_assistant_tokens": 10, "assistant_confidence_threshold": 0.6, "num_assistant_tokens_schedule": "heuristic"}
+TUNED = {"num_assistant_tokens": 10, "assistant_confidence_threshold": 0.6,
+         "num_assistant_tokens_schedule": "heuristic"}
 
 
 def test_pair_arms_cover_the_issue_s_comparison_on_both_drafts():
@@ -186,7 +187,8 @@ def test_the_equal_terms_rerun_tunes_transformers_on_each_draft(monkeypatch, tmp
                     "hf/assisted-tuned-f32"]
     tuned = {m.key: m for m in seen["methods"] if "tuned" in m.key and m.temperature == 0}
     assert tuned["hf/assisted-tuned-int8"].options["num_assistant_tokens"] == 5
-    assert tuned["hf/assisted-tuned-int8"].draft_quant == "int8" and tuned["hf/assisted-tuned-f32"].draft_quant == "none"
+    assert tuned["hf/assisted-tuned-int8"].draft_quant == "int8"
+    assert tuned["hf/assisted-tuned-f32"].draft_quant == "none"
 
 
 class _FakeCurve:
