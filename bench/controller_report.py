@@ -104,7 +104,7 @@ def markdown(result: dict) -> str:
              "asked for; auto = int8 where this machine measured it faster); ms/draft: SpecLab's median time per "
              "draft forward, which tells an int8 draft from a float32 one. Cap: the controller's mean per-round "
              "cap (chain: tokens; tree: nodes sent).", "",
-             _costs_line(result["costs"]), "", *assisted_lines(result), "",
+             _costs_line(result["costs"]), "", *[part for line in assisted_lines(result) for part in (line, "")],
              "| method | draft | ms/draft | kind | T | speed-up | vs HF tuned, same draft | vs HF defaults, same draft "
              "| τ | cap | same as baseline |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
