@@ -25,13 +25,9 @@ from decoders import kernels
 
 from . import costs as cost_model
 from . import peers, report, tuning
-from .runner import (HF_KIND, Method, Prompt, available_gib, describe, free_models, hf, ours, run_suite,
-                     set_threads, use_kernels)
-
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets" / "bench"
-RESULTS = Path(__file__).resolve().parent / "results"
-KIND_FILES = {"code-writing": "code_writing.json", "code-editing": "code_editing.json", "chat": "chat.json"}
+from .common import ASSETS, KIND_FILES, NOREC, RESULTS, LoadMeter, Prompt, load_prompts, machine
+from .runner import HF_KIND, Method, available_gib, describe, free_models, hf, ours, run_suite, set_threads, use_kernels
+from .tuning import run_tuning
 
 # GiB the loaded models need (measured on a 2-core CPU: both Qwen models in memory peak at 10.4 GiB in float32, 6.2 in
 # bfloat16; docs/models.md), plus a margin for activations and the harness.
@@ -58,18 +54,6 @@ RUN_COST = {"pair": {"setup": 6.0, "packed": 0.13, "stock": 0.25, "load": 120.0,
             "quick": {"setup": 0.4, "packed": 0.035, "stock": 0.05, "load": 15.0, "costs": 20.0}}
 
 
-def load_prompts(per_kind: int, kinds=None, split: str = "prompts") -> list[Prompt]:
-    """The first `per_kind` prompts of each kind; split "prompts" = scored, "tuning" = for choosing settings."""
-    prompts = []
-    for kind, name in KIND_FILES.items():
-        if kinds and kind not in kinds:
-            continue
-        data = json.loads((ASSETS / name).read_text(encoding="utf-8"))
-        for entry in data.get(split, [])[:per_kind]:
-            prompts.append(Prompt(entry["id"], data["kind"], entry["text"]))
-    return prompts
-
-
 def first_per_kind(prompts: list[Prompt], n: int) -> list[Prompt]:
     seen: dict[str, int] = {}
     out = []
@@ -88,10 +72,13 @@ def default_settings(args) -> dict[str, dict]:
         dm["gamma"] = args.draft_gamma
     if args.draft_lam is not None:
         dm["lam"] = args.draft_lam
-    return {"ours/prompt-lookup": {"rule": "static", "gamma": args.pl_gamma, "ngram": args.pl_ngram},
-            "hf/prompt-lookup": {"prompt_lookup_num_tokens": args.pl_gamma, "max_matching_ngram_size": args.pl_ngram},
-            "ours/draft-model": dm, "hf/assisted": dict(peers.ASSISTED_DEFAULTS),
-            "ours/t1/adaedl": {"max_draft": args.sweep_max_draft}}
+    out = {"ours/prompt-lookup": {"rule": "static", "gamma": args.pl_gamma, "ngram": args.pl_ngram},
+           "hf/prompt-lookup": {"prompt_lookup_num_tokens": args.pl_gamma, "max_matching_ngram_size": args.pl_ngram},
+           "ours/t1/adaedl": {"max_draft": args.sweep_max_draft}}
+    for quant in args.draft_quants:
+        out[tuning.quant_key("ours/draft-model", quant)] = dict(dm)
+        out[tuning.quant_key("hf/assisted", quant)] = dict(peers.ASSISTED_DEFAULTS)
+    return out
 
 
 def methods_for(preset: str, args, settings: dict[str, dict]) -> list[Method]:
@@ -106,26 +93,29 @@ def methods_for(preset: str, args, settings: dict[str, dict]) -> list[Method]:
 
     chosen = [ours("ours/baseline", "SpecLab baseline", "baseline", **peers_of("hf/greedy"))]
     if twins:
-        chosen.append(ours("ours/baseline" + report.NOREC, "SpecLab baseline", "baseline", record=False))
+        chosen.append(ours("ours/baseline" + NOREC, "SpecLab baseline", "baseline", record=False))
     pl = settings["ours/prompt-lookup"]
     chosen.append(tuning.ours_prompt_lookup("ours/prompt-lookup", pl, **peers_of("hf/prompt-lookup")))
     if twins:
-        chosen.append(tuning.ours_prompt_lookup("ours/prompt-lookup" + report.NOREC, pl, record=False))
+        chosen.append(tuning.ours_prompt_lookup("ours/prompt-lookup" + NOREC, pl, record=False))
     if preset == "quick":
         chosen.append(ours("ours/layer-skip", "SpecLab layer skip (static γ=2)", "layer-skip", gamma=2))
-    if args.draft:
-        dm = settings["ours/draft-model"]
-        chosen.append(tuning.ours_draft_model("ours/draft-model", dm, **peers_of("hf/assisted")))
+    for quant in args.draft_quants if args.draft else ():  # each precision: SpecLab's and HF's arm on one draft
+        key = tuning.quant_key("ours/draft-model", quant)
+        dm = settings[key]
+        chosen.append(tuning.ours_draft_model(key, dm, draft_quant=quant,
+                                              **peers_of(tuning.quant_key("hf/assisted", quant))))
         if twins:
-            chosen.append(tuning.ours_draft_model("ours/draft-model" + report.NOREC, dm, record=False))
+            chosen.append(tuning.ours_draft_model(key + NOREC, dm, draft_quant=quant, record=False))
     kernel_kinds = ("packed", "stock") if stock else ("packed",)
     for kind in kernel_kinds:
         suffix = "@packed" if kind == "packed" else ""
         where = "packed kernels" if kind == "packed" else "stock kernels, as users run it"
         chosen.append(hf("hf/greedy" + suffix, f"HF generate greedy ({where})", "baseline", kind))
         chosen.append(tuning.hf_prompt_lookup("hf/prompt-lookup" + suffix, settings["hf/prompt-lookup"], kind))
-        if args.draft:
-            chosen.append(tuning.hf_assisted("hf/assisted" + suffix, settings["hf/assisted"], kind))
+        for quant in args.draft_quants if args.draft else ():
+            key = tuning.quant_key("hf/assisted", quant)
+            chosen.append(tuning.hf_assisted(key + suffix, settings[key], kind, quant))
     if options["kernel_controls"] if args.kernel_controls is None else args.kernel_controls:
         # splits "SpecLab vs HF as users run it" into kernels and everything else
         chosen.append(ours("ours/baseline@stock", "SpecLab baseline, stock kernels", "baseline", kernels="stock"))
@@ -150,42 +140,12 @@ def tuned_groups(args, methods: list[Method], sweep: list[Method]) -> list[tunin
     return [g for g in tuning.groups(args, bool(args.draft)) if g.key in scored]
 
 
-def run_tuning(group_list: list[tuning.Group], models: dict, prompts: list[Prompt], args, log) -> tuple[dict, list]:
-    """Every grid setting on the tuning prompts (its kinds only), interleaved with the baseline; then the choice."""
-    decisions, records = {}, []
-    baseline = ours("ours/baseline", "SpecLab baseline", "baseline")
-    for kinds in dict.fromkeys(g.kinds for g in group_list):
-        chosen = [g for g in group_list if g.kinds == kinds]
-        subset = [p for p in prompts if kinds is None or p.kind in kinds]
-        if not subset:
-            continue
-        log(f"  tuning {', '.join(g.key for g in chosen)} on {len(subset)} tuning prompts ...")
-        candidates = [m for g in chosen for m in g.candidates()]
-        done = run_suite([baseline] + candidates, models, subset, args.tune_reps, args.tune_max_new, log=log)
-        decisions.update(tuning.choose(done, chosen, {p.id for p in subset}))
-        records += done
-    return decisions, records
-
-
 def estimate_seconds(preset: str, plan: list[tuple[Method, int, int]], dtypes: int) -> float:
     """plan: (method, runs, max_new_tokens) -> rough wall seconds on a quiet machine (RUN_COST)."""
     cost = RUN_COST[preset]
     runs = sum(n * (cost["setup"] + max_new * cost["stock" if m.kernels == "stock" else "packed"])
                for m, n, max_new in plan)
     return dtypes * (runs + cost["load"] + cost["costs"])
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} cores, {gpu}"
 
 
 def wait_for_memory(need: float, log, patience_s: float = 600) -> None:
@@ -248,14 +208,14 @@ def run(args, loader=default_loader, log=print) -> dict | None:
                  "timing": "decode-only: from the first delivered batch of tokens to the end of the call, for SpecLab "
                            "(decoders.stream) and HF (a streamer) alike; tokens counted after that first batch",
                  "tau": report.TAU_RULE,
-                 "noise_note": "The machine is shared with other jobs: compare ratios within this run (paired per "
-                               "repetition), not absolute tok/s across runs.",
+                 "noise_note": "",  # written after the run, from the load measured during it
                  "prompt_sets": {kind: json.loads((ASSETS / name).read_text(encoding="utf-8"))["provenance"]
                                  for kind, name in KIND_FILES.items() if not kinds or kind in kinds},
                  "command": " ".join(sys.argv)},
         "methods": [describe(m) for m in methods + sweep],
         "runs": {},
     }
+    load = LoadMeter().start()
     for dtype in dtypes:
         log(f"== {args.preset}: {dtype} ==")
         models = {}
@@ -310,7 +270,15 @@ def run(args, loader=default_loader, log=print) -> dict | None:
         run_data["prompt_texts"] = {p.id: p.text for p in prompts + tune_prompts}
         result["runs"][dtype] = run_data
         free_models(models)
+    result["meta"]["load"] = load.stop()
+    result["meta"]["noise_note"] = noise_note(result["meta"]["load"])
     return report.finish(result)
+
+
+def noise_note(load: dict) -> str:
+    """What the measured load means for reading the tables (bench/common.py LoadMeter)."""
+    return (f"Machine during the run: {load['label']}. Compare ratios within this run (paired per repetition), not "
+            "absolute tok/s across runs.")
 
 
 def measure_costs(models: dict, prompt_ids: list[int], args, preset: dict, log) -> dict:
@@ -379,6 +347,10 @@ def parse(argv=None):
     parser.add_argument("--kernel-controls", dest="kernel_controls", action="store_true", default=None,
                         help="also run SpecLab's baseline on stock kernels")
     parser.add_argument("--no-kernel-controls", dest="kernel_controls", action="store_false")
+    parser.add_argument("--draft-quants", default="none,int8",
+                        help="the draft precisions to compare, comma list of none (float32), int8, auto: each gets a "
+                             "SpecLab draft-model arm and an HF assisted arm handed the very same draft object "
+                             "(keys ours/draft-model[-int8|-auto], hf/assisted[-int8|-auto])")
     parser.add_argument("--only", help="comma list of method keys to run (ours/baseline always runs)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--report-only", metavar="JSON", help="no runs: rebuild the tables and chart from a saved "
@@ -387,6 +359,10 @@ def parse(argv=None):
     parser.add_argument("--stem", default=None, help="output file stem (default: the preset name)")
     args = parser.parse_args(argv)
     args.preset = args.preset or "quick"
+    args.draft_quants = [q.strip() for q in args.draft_quants.split(",") if q.strip()]
+    unknown = set(args.draft_quants) - set(tuning.QUANT_SUFFIX)
+    if unknown or not args.draft_quants:
+        parser.error(f"--draft-quants takes a comma list of {', '.join(tuning.QUANT_SUFFIX)}; got {args.draft_quants}")
     return args
 
 
@@ -396,7 +372,7 @@ def rebuild(path: Path) -> dict:
 
     result = json.loads(Path(path).read_text())
     for method in [*result.get("methods", []), *(m for r in result["runs"].values() for m in r.get("methods", []))]:
-        if method["key"].endswith(report.NOREC) and "no trace" not in method["label"]:
+        if method["key"].endswith(NOREC) and "no trace" not in method["label"]:
             method["label"] += ", no trace"  # results saved before twins were named in their label
     for run_data in result["runs"].values():
         mark_identity(run_data["records"])

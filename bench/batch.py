@@ -28,7 +28,7 @@ from decoders.batch.ragged import RaggedRunner
 from decoders.compare import compare
 
 from . import cli
-from .__main__ import load_prompts
+from .common import LoadMeter, load_prompts
 from .runner import set_threads
 
 BATCHES = (1, 2, 4, 8)
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     models, draft_name = cli.load_pair(args.target)
     methods = methods_for(draft_name is not None,
                           args.target if has_self_weights("early-exit", args.target) else None)
-    began = time.monotonic()
+    began, load = time.monotonic(), LoadMeter().start()
     grid = t_grid(models["target"])
     rows, peers, assisted, alone = [], [], {}, {}
     encode = lambda text: models["target"].encode_prompt(text, chat=True)  # noqa: E731
@@ -200,18 +200,21 @@ def main(argv=None) -> int:
             peers.append({"set": set_name, "batch": b, "method": "hf-batched-greedy", **hf})
             if b > 1 and b not in assisted:
                 assisted[b] = try_hf_assisted(models["target"], models.get("draft"), prompts[:b], args.max_new_tokens)
-            _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted)
-    result = _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted)
+            _save(args, argv, draft_name, batches, threads, (began, load.summary()), methods, grid, rows, peers,
+                  assisted)
+    result = _save(args, argv, draft_name, batches, threads, (began, load.stop()), methods, grid, rows, peers, assisted)
     print(markdown(result))
     return 0
 
 
-def _save(args, argv, draft_name, batches, threads, began, methods, grid, rows, peers, assisted) -> dict:
-    """Write what is measured so far (after every B, so a run cut short by its time limit still leaves figures)."""
+def _save(args, argv, draft_name, batches, threads, clock, methods, grid, rows, peers, assisted) -> dict:
+    """Write what is measured so far (after every B, so a run cut short by its time limit still leaves figures).
+    clock: (the run's start on time.monotonic, the machine's load so far)."""
     summarize(rows)
+    began, load = clock
     result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32", "batches": batches,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
-                           "machine": f"{platform.machine()} · torch {torch.__version__}",
+                           "machine": f"{platform.machine()} · torch {torch.__version__}", "load": load,
                            "command": cli.command("python -m bench.batch", argv),
                            "minutes": (time.monotonic() - began) / 60,
                            "methods": {k: o.to_dict() for k, o in methods.items()}},
@@ -233,7 +236,8 @@ def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# Batched decoding, ragged rows: {s['target']}" + (f" + {s['draft']} draft" if s.get("draft") else ""),
              "", f"`{s['command']}` · {s['dtype']} · greedy · {s['max_new_tokens']} new tokens per row · "
-             f"{s['threads']} threads · {s['machine']} · {s['minutes']:.1f} min", "",
+             f"{s['threads']} threads · {s['machine']} · "
+             f"{(s.get('load') or {}).get('label') or 'machine load not recorded'} · {s['minutes']:.1f} min", "",
              "Total tok/s = all rows' tokens / the batch's decode time (prefill excluded; 'e2e' includes it). "
              "Rows = each row against that prompt decoded alone with the same method (same / rounding / mismatch).",
              "", "| set | B | method | total tok/s | e2e tok/s | × batched baseline | × same method at B=1 | "

@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown arm(s) {', '.join(sorted(set(wanted) - known))}; choose from {', '.join(sorted(known))}")
     from decoders.models import ModelError, load_model
 
-    from .__main__ import machine
+    from .common import machine
 
     try:
         target, draft = load_model(args.target), load_model(args.draft)

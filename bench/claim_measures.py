@@ -9,53 +9,12 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from . import leviathan
-
-RESULTS = Path(__file__).resolve().parent / "results"
-NOREC = ":norec"  # a method's recording-off twin: it measures the trace's cost, not the method
-
-Results = dict[str, dict]  # file stem -> parsed results JSON
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A paper's number as something to divide by: `value` is the number, or the bottom of a range."""
-    value: float
-    text: str  # as the paper states it, e.g. "2–2.5×", "−2.26 WER points"
-    is_range: bool = False
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measured counterpart to a claim, read from one results file."""
-    key: str  # unique within its file: what a claim's headline designation names
-    ours: float | None  # the number set against the paper's figure
-    short: str  # that number in words, e.g. "1.69× over our greedy baseline"
-    detail: str  # what else the run measured (kinds, τ, α …)
-    setting: str  # models and number format
-    hardware: str
-    command: str  # relative to the repository root
-    source: str  # the results file, e.g. "pair.json"
-    figure: Figure | None = None  # replaces the claim's figure (Leviathan: S at this run's α, γ, c)
-    note: str = ""  # why there is no ratio, when there is none
-
-
-RATIO_WORDING = re.compile(r"^-?\d+\.\d\d× the paper's \S.*$")  # tests hold every ratio cell to this
-
-
-def ratio(ours: float | None, figure: Figure) -> tuple[str, str]:
-    """(cell text, hover text): ours ÷ the paper's figure (the bottom of a range), in the one wording."""
-    if ours is None or not figure.value:
-        return "–", "no number to compare"
-    value = ours / figure.value
-    what = f"the bottom of the paper's {figure.text}" if figure.is_range else f"the paper's {figure.text}"
-    return (f"{value:.2f}× the paper's {figure.text}",
-            f"ours {ours:.2f} ÷ {figure.value:g} ({what}) = {value:.2f}; 1.00 would equal the paper's figure")
-
+from .claim_types import Figure, Measurement, Results
+from .common import NOREC, RESULTS
 
 # --- reading results files -----------------------------------------------------------------------------------------
 
@@ -102,7 +61,10 @@ def repo_command(command: str | None, default: str) -> str:
 
 
 def _hardware(meta: dict) -> str:
-    parts = [meta.get("machine") or "unknown machine", f"{meta.get('threads')} threads" if meta.get("threads") else ""]
+    """The machine, its threads and, where the file measured it, how loaded it was (bench/common.py LoadMeter)."""
+    load = (meta.get("load") or {}).get("label")
+    parts = [meta.get("machine") or "unknown machine", f"{meta.get('threads')} threads" if meta.get("threads") else "",
+             load or ""]
     return ", ".join(p for p in parts if p)
 
 
@@ -255,8 +217,7 @@ def tree_speedup(key: str) -> Callable[[Results], list[Measurement]]:
                 out.append(Measurement(
                     row["method"], row["speedup"], f"{row['speedup']:.2f}× over our greedy baseline",
                     f"{row['label']}; {settings.get('prompts')} prompts × {settings.get('reps')} reps{tau}",
-                    f"{settings.get('target')}, {settings.get('dtype')}",
-                    f"{settings.get('machine', 'unknown machine')}, {settings.get('threads')} threads",
+                    f"{settings.get('target')}, {settings.get('dtype')}", _hardware(settings),
                     repo_command(settings.get("command"), "python -m bench.trees"), f"{stem}.json"))
         return out
     return measure
@@ -300,32 +261,142 @@ def either(*measures: Callable[[Results], list[Measurement]]) -> Callable[[Resul
     return lambda results: [m for measure in measures for m in measure(results)]
 
 
-def batch_over_batch_1(results: Results) -> list[Measurement]:
-    """bench.batch's files (batch-<target>.json): batched speculative decoding's total tokens/s at the largest B over
-    the same method at B = 1, one measurement per (method, prompt set), with per-row equivalence and realignment."""
+def batch_end_to_end(results: Results) -> list[Measurement]:
+    """bench.batch's files (batch-<target>.json), end to end (prefill included, as a user waits for it): batched
+    speculative decoding's tokens/s at the largest B over the same method at B = 1 (the paper's quantity), said next
+    to the batched baseline at that B, with whether the rows went ragged, per-row equivalence and realignment. The
+    decode-only figures (prefill left out) appear only under that label."""
     out = []
     for stem, data in sorted(results.items()):
         if not stem.startswith("batch-"):
             continue
         settings = data.get("settings") or {}
-        rows = [r for r in data.get("rows") or [] if r.get("method") != "baseline"]
-        for key in dict.fromkeys((r["method"], r["set"]) for r in rows):
-            mine = sorted((r for r in rows if (r["method"], r["set"]) == key), key=lambda r: r["batch"])
-            top = mine[-1]
-            if top.get("over_batch_1") is None:
+        rows = data.get("rows") or []
+        for method, kind in dict.fromkeys((r["method"], r["set"]) for r in rows if r.get("method") != "baseline"):
+            mine = {r["batch"]: r for r in rows if (r["method"], r["set"]) == (method, kind)}
+            base = {r["batch"]: r for r in rows if (r["method"], r["set"]) == ("baseline", kind)}
+            top = max(mine)
+            if 1 not in mine or top not in base or not all(_e2e(r) for r in (mine[1], mine[top], base[top])):
                 continue
-            every = [r for r in data.get("rows") or [] if r.get("set") == key[1]]
-            same = sum(r["equivalence"]["same"] + r["equivalence"]["rounding"] for r in every)
-            total = sum(sum(r["equivalence"].values()) for r in every)
-            base = top.get("over_batched_baseline")
-            out.append(Measurement(
-                f"{key[0]}/{key[1]}", top["over_batch_1"],
-                f"{top['over_batch_1']:.2f}× its batch-1 tokens/s at B = {top['batch']}",
-                f"batched speculative · {key[0]} on {key[1]} prompts; {base:.2f}× the batched baseline at B = "
-                f"{top['batch']}; realignment {100 * (top.get('realign_share') or 0):.1f}% of decode time; rows equal "
-                f"to the row decoded alone {same}/{total} (rounding counted as equal)",
-                f"{settings.get('target')}" + (f" + {settings['draft']} draft" if settings.get("draft") and
-                                                key[0] == "draft-model" else "") + f", {settings.get('dtype')}",
-                f"{settings.get('machine', 'unknown machine')}, {settings.get('threads')} threads",
-                repo_command(settings.get("command"), "python -m bench.batch"), f"{stem}.json"))
+            every = [r for r in rows if r.get("set") == kind]
+            out.append(_batch_measurement(stem, settings, method, kind, mine[1], mine[top], base[top], every))
     return out
+
+
+def _e2e(row: dict) -> float | None:
+    return row.get("e2e_tokens_per_second")
+
+
+def _batch_measurement(stem, settings, method, kind, alone, top, base, every) -> Measurement:
+    b = top["batch"]
+    over_1, over_base = _e2e(top) / _e2e(alone), _e2e(top) / _e2e(base)
+    taus = top.get("tau") or []
+    if not taus:
+        ragged = "τ per row not recorded"
+    elif max(taus) > min(taus):
+        ragged = f"rows ragged: τ per row {min(taus):.2f}–{max(taus):.2f}"
+    else:  # every row advanced in step: the realignment machinery had nothing to do
+        ragged = f"never ragged: every row τ {taus[0]:.2f}"
+    same = sum(r["equivalence"]["same"] + r["equivalence"]["rounding"] for r in every)
+    total = sum(sum(r["equivalence"].values()) for r in every)
+    wall = top["prefill_seconds"] + top["decode_seconds"]
+    draft = f" + {settings['draft']} draft" if settings.get("draft") and method == "draft-model" else ""
+    return Measurement(
+        f"{method}/{kind}", over_1,
+        f"{over_base:.2f}× the batched baseline at B = {b}, end to end ({over_1:.2f}× its own batch-1 tokens/s)",
+        f"batched speculative · {method} on {kind} prompts, end to end (prefill included); {ragged}; decode-only "
+        f"(prefill left out): {top['over_batch_1']:.2f}× its batch-1 tokens/s and {top['over_batched_baseline']:.2f}× "
+        f"the batched baseline; prefill {top['prefill_seconds']:.1f} s of {wall:.1f} s at B = {b}; realignment "
+        f"{100 * (top.get('realign_share') or 0):.1f}% of decode time; rows equal to the row decoded alone "
+        f"{same}/{total} (rounding counted as equal)",
+        f"{settings.get('target')}{draft}, {settings.get('dtype')}", _hardware(settings),
+        repo_command(settings.get("command"), "python -m bench.batch"), f"{stem}.json")
+
+
+def self_drafter_speedup(method: str, what: str) -> Callable[[Results], list[Measurement]]:
+    """This method's row in bench.self_drafters' files (self-drafters-<target>.json), its α and draft cost as
+    detail."""
+    def measure(results: Results) -> list[Measurement]:
+        out = []
+        for stem, data in sorted(results.items()):
+            if not stem.startswith("self-drafters-"):
+                continue
+            s = data.get("settings") or {}
+            for row in data.get("rows") or []:
+                if row.get("method") != method or row.get("speedup") is None:
+                    continue
+                alpha = f"α(1) {row['alpha'][0]:.2f}; " if row.get("alpha") and row["alpha"][0] is not None else ""
+                cost = f"draft cost {row['draft_cost']:.2f} of a target step; " if row.get("draft_cost") else ""
+                tau = f"τ {row['tau']:.2f}; " if row.get("tau") is not None else ""
+                out.append(Measurement(
+                    method, row["speedup"], f"{row['speedup']:.2f}× over our greedy baseline",
+                    f"{what}: {row['label']}; {alpha}{cost}{tau}{s.get('prompts')} prompts × {s.get('reps')} reps",
+                    f"{s.get('target')}, {s.get('dtype')}", _hardware(s),
+                    repo_command(s.get("command"), "python -m bench.self_drafters"), f"{stem}.json"))
+        return out
+    return measure
+
+
+def whisper_lora(results: Results) -> list[Measurement]:
+    """bench.whisper_finetune's files (whisper-finetune*.json): LoRA's held-out WER against full fine-tuning and
+    against zero-shot, in points, from arms of the same run only, with how small the held-out set is and how much
+    one clip weighs (recomputed from the recorded transcripts)."""
+    out = []
+    for stem, data in sorted(results.items()):
+        if not stem.startswith("whisper-finetune"):
+            continue
+        meta = data.get("meta") or {}
+        arms = {r["arm"]: r for r in data.get("results") or [] if r.get("wer") is not None}
+        if "lora" not in arms:
+            continue
+        setting = f"{meta.get('model', 'whisper')}, float32, {meta.get('lora') or 'hand-written LoRA'}"
+        command = repo_command(meta.get("command"), "python -m bench.whisper_finetune")
+        detail = _lora_detail(meta, arms)
+        for other, figure in (("full", PAPER_LORA_VS_FULL), ("zero-shot", PAPER_LORA_VS_ZERO_SHOT)):
+            if other not in arms:
+                continue
+            delta = 100 * (arms["lora"]["wer"] - arms[other]["wer"])
+            points = f"{delta:+.2f}".replace("-", "−")
+            out.append(Measurement(f"lora-vs-{other}", delta, f"LoRA {points} WER points vs {other} fine-tuning"
+                                   if other == "full" else f"LoRA {points} WER points vs {other}", detail, setting,
+                                   _hardware(meta), command, f"{stem}.json", figure))
+        if not {"full", "zero-shot"} & set(arms):
+            out.append(Measurement("lora", None, f"LoRA {100 * arms['lora']['wer']:.2f}% held-out WER", detail,
+                                   setting, _hardware(meta), command, f"{stem}.json",
+                                   note="this run trained the LoRA arm alone: no other arm in the same run to "
+                                        "compare with"))
+    return out
+
+
+# arXiv 2309.10299 abstract (Whisper-Tiny, Vietnamese): negative = LoRA better
+PAPER_LORA_VS_FULL = Figure(-1.45, "−1.45 WER points")
+PAPER_LORA_VS_ZERO_SHOT = Figure(-38.49, "−38.49 WER points")
+
+
+def _lora_detail(meta: dict, arms: dict) -> str:
+    """Held-out WER of each arm, the set's size in syllables, and the clip that moves WER most."""
+    wers = ", ".join(f"{arm} {100 * r['wer']:.2f}%" for arm, r in arms.items())
+    parts = [f"held-out WER {wers}; {meta.get('steps')} steps, rank {meta.get('rank')}, seed {meta.get('seed')}; "
+             f"espeak-ng Vietnamese, {meta.get('train_sentences')} training and {meta.get('held_out_sentences')} "
+             "held-out sentences"]
+    references = meta.get("held_out_references") or []
+    if references and all(len(r.get("texts") or []) == len(references) for r in arms.values()):
+        parts.append(_one_clip(references, arms))
+    return "; ".join(parts)
+
+
+def _one_clip(references: list[str], arms: dict) -> str:
+    """How many syllables the held-out set has, and how WER reads without the clip where an arm erred most (on
+    10 clips, one looping transcript can carry half of an arm's errors)."""
+    from decoders.whisper.wer import align, corpus_wer, normalise
+
+    words = sum(len(normalise(ref, "vi")) for ref in references)
+    errors = {arm: [sum(op.op != "ok" for op in align(ref, hyp, "vi")) for ref, hyp in zip(references, r["texts"])]
+              for arm, r in arms.items()}
+    arm, clip = max(((a, i) for a, e in errors.items() for i in range(len(e))), key=lambda ai: errors[ai[0]][ai[1]])
+    keep = [i for i in range(len(references)) if i != clip]
+    without = ", ".join(f"{a} {100 * corpus_wer([(references[i], r['texts'][i]) for i in keep], 'vi'):.2f}%"
+                        for a, r in arms.items())
+    return (f"{words} held-out syllables (one syllable = {100 / words:.1f} points); the heaviest clip: {arm} made "
+            f"{errors[arm][clip]} of its {sum(errors[arm])} errors on \"{references[clip]}\"; without that clip: "
+            f"{without}")

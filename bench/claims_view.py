@@ -2,11 +2,7 @@
 the headline table first (one row per claim), then each claim's details and history."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .claim_measures import Measurement
-    from .claims import ClaimRow
+from .claim_types import ClaimRow, Measurement
 
 TITLE = "The papers' claims next to SpecLab's measurements"
 LEAD = ("One row per claim: the paper's figure, SpecLab's headline run, and the ratio ours ÷ the paper's (the bottom "
@@ -22,14 +18,14 @@ HISTORY_COLUMNS = ("measurement", "ratio", "models · hardware", "command (resul
 Cell = tuple[str, str, str]  # (text, smaller text under it or "", hover)
 
 
-def paper_cell(row: "ClaimRow") -> Cell:
+def paper_cell(row: ClaimRow) -> Cell:
     """The paper's figure as stated, with its source; the theory row adds the formula's value at the headline's α."""
     claim, m = row.claim, row.headline
     at = f" = {m.figure.text.removeprefix('S = ')} at this run's α, γ, c" if m and m.figure else ""
     return f"{claim.claim}{at}", claim.paper, f"The paper's setting: {claim.setting}"
 
 
-def measurement_cell(row: "ClaimRow") -> Cell:
+def measurement_cell(row: ClaimRow) -> Cell:
     m = row.headline
     if m is None:
         return row.note, "", row.note
@@ -37,7 +33,7 @@ def measurement_cell(row: "ClaimRow") -> Cell:
             f"{m.detail}. Why this run: {row.claim.headline.why}. Command: {m.command}")
 
 
-def headline_cells(row: "ClaimRow") -> dict[str, Cell]:
+def headline_cells(row: ClaimRow) -> dict[str, Cell]:
     """Column -> (text, smaller text, hover) for a claim's headline row."""
     claim = row.claim
     ratio_text, ratio_hover = row.ratio()
@@ -48,7 +44,7 @@ def headline_cells(row: "ClaimRow") -> dict[str, Cell]:
             "why different": (claim.why, "", claim.why_more)}
 
 
-def history_cells(row: "ClaimRow", m: "Measurement", code=lambda text: text) -> dict[str, Cell]:
+def history_cells(row: ClaimRow, m: Measurement, code=lambda text: text) -> dict[str, Cell]:
     """Column -> (text, smaller text, hover) for one history measurement; `code` marks up the command."""
     ratio_text, ratio_hover = row.ratio(m)
     return {"measurement": (m.short, m.detail, m.detail),
@@ -57,7 +53,7 @@ def history_cells(row: "ClaimRow", m: "Measurement", code=lambda text: text) -> 
             "command (results file)": (code(m.command), m.source, "run from the repository root")}
 
 
-def headline_run(row: "ClaimRow") -> str:
+def headline_run(row: ClaimRow) -> str:
     """One sentence: which run is the headline and why, or why there is none."""
     m, wanted = row.headline, row.claim.headline
     if m is None:
@@ -79,7 +75,7 @@ def _table(columns, rows: list[dict[str, Cell]]) -> list[str]:
     return lines
 
 
-def markdown(table: list["ClaimRow"]) -> str:
+def markdown(table: list[ClaimRow]) -> str:
     """The headline table (one row per claim), then per claim: the paper, why ours differs, the headline run and
     the history (every other measurement)."""
     lines = [f"# {TITLE}", "", LEAD, "", INTRO, ""]

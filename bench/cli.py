@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .claim_measures import RESULTS
+from .common import RESULTS
 
 KINDS = "chat,code-writing,code-editing"
 

@@ -9,20 +9,21 @@ pooling α over kinds and setting it against a median of per-kind speed-ups comp
 
 Where the rounds come from, per run record (bench/runner.py):
 - `rounds`: [[drafted, accepted], ...] per round, recorded by the runner (or, for files written before it recorded
-  them, replayed from the recorded output by `python -m bench.leviathan replay`: prompt lookup is a pure function
-  of the context, so at temperature 0 its drafts can be recomputed; a replay is kept only when its drafted,
-  accepted and round totals equal the run's);
+  them, replayed from the recorded output by `python -m bench.replay`, formerly `bench.leviathan replay`: prompt
+  lookup is a pure function of the context, so at temperature 0 its drafts can be recomputed; a replay is kept only
+  when its drafted, accepted and round totals equal the run's);
 - otherwise only whole runs in which every round drafted γ (drafted = γ × rounds) count ("whole runs"): the totals
   cannot say which rounds of a mixed run were full, so such a run is left out and the row says so.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from .costs import alpha_from_tau, leviathan_speedup, speedup_with_verify_cost, t_of
 
+# The words stored in results files' records (matched on load, so they stay as written; the command that writes them is
+# now `python -m bench.replay`, which owns the command line so that this module never imports bench/report.py).
 REPLAYED = "replayed from the recorded output by python -m bench.leviathan replay; totals match the run's"
 
 
@@ -171,44 +172,3 @@ def refresh_rows(run: dict, methods: list[dict]) -> None:
         for key in ("alpha_from_tau", "S_leviathan", "S_with_t", "theory"):
             row.pop(key, None)
         row.update(theory_columns(run["records"], methods, run.get("costs"), row["method"], row["kind"]))
-
-
-class _Encoder:
-    """Prompt ids as bench/runner.py made them: the target's chat template (tokenizer only, no weights)."""
-
-    def __call__(self, model: str, text: str) -> list[int]:
-        from decoders.models import encode_prompt, load_tokenizer
-
-        return encode_prompt(load_tokenizer(model).tokenizer, text, chat=True)
-
-    def eos_ids(self, model: str) -> tuple[int, ...]:
-        from decoders.models import load_tokenizer
-
-        return load_tokenizer(model).eos_token_ids
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.leviathan",
-                                     description="Replay prompt lookup's per-round draft counts into results files.")
-    parser.add_argument("command", choices=["replay"])
-    parser.add_argument("files", nargs="+", type=Path, help="results *.json written by python -m bench")
-    args = parser.parse_args(argv)
-    from . import report
-
-    for path in args.files:
-        if not path.is_file():
-            raise SystemExit(f"no results file at {path}")
-        md = path.with_suffix(".md")
-        # the table is rewritten only where today's report reproduces it from the same file (the format of older
-        # files has moved on; their JSON rows are refreshed, their tables stay as written)
-        same_format = md.is_file() and report.markdown(json.loads(path.read_text())) == md.read_text()
-        print(f"{path}: {replay_file(path, _Encoder())}")
-        if same_format:
-            md.write_text(report.markdown(json.loads(path.read_text())))
-            print(f"  rewrote {md}")
-        else:
-            print(f"  left {md} as written (an older format)")
-
-
-if __name__ == "__main__":
-    main()

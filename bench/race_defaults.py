@@ -1,6 +1,6 @@
 """Choose the Race tab's default prompt by measurement (results: bench/results/race-defaults.md): each candidate raced exactly as the Race tab races it.
 
-    flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.race_defaults [--tokens 48] [--out FILE.json]
+    python -m bench.race_defaults [--tokens 48] [--out FILE.json]      # a timing run: alone on the machine
 
 For every candidate prompt: the baseline and the default methods (app/tabs/race/runs.py DEFAULT_METHODS), each a
 warm-up plus TIMED_RUNS timed runs in one hold of the decode slot (runs.race_runs), then the table's row for each
@@ -9,8 +9,10 @@ warm-up plus TIMED_RUNS timed runs in one hold of the decode slot (runs.race_run
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import platform
+from pathlib import Path
 
 import torch
 
@@ -18,6 +20,9 @@ from app.figures.race import race_row
 from app.shared.loading import loaded
 from app.tabs.race import runs as race
 from decoders.trace import Trace
+
+from . import cli
+from .common import LoadMeter
 
 CANDIDATES = {
     "rename-variable": "Rewrite this code with the variable `x` renamed to `total`, and change nothing else:\n\n"
@@ -40,15 +45,17 @@ def measure(prompt: str, tokens: int, methods: list[str]) -> list[dict]:
                                  "identical")} for row in rows]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.race_defaults")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
-    parser.add_argument("--out", default="")
-    args = parser.parse_args()
+    parser.add_argument("--out", default="", help="FILE.json: the rows, and FILE.md beside it")
+    args = parser.parse_args(argv)
     names = [n for n in CANDIDATES if not args.only or n in args.only.split(",")]
+    load = LoadMeter().start()
     results = {"machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-               "tokens": args.tokens, "methods": race.DEFAULT_METHODS, "prompts": {}}
+               "date": datetime.date.today().isoformat(), "tokens": args.tokens, "methods": race.DEFAULT_METHODS,
+               "command": cli.command("python -m bench.race_defaults", argv), "prompts": {}}
     for name in names:
         rows = measure(CANDIDATES[name], args.tokens, race.DEFAULT_METHODS)
         results["prompts"][name] = rows
@@ -57,9 +64,30 @@ def main() -> None:
             print(f"{name:22s} {row['label'][:48]:48s} {row['tokens_per_second']:6.1f} tok/s [{spread}] "
                   f"x{row['speedup'] or 0:.2f} tau {row['tau'] or 0:.2f} acc {row['acceptance_rate'] or 0:.2f} "
                   f"gamma {row['gamma']:.1f} identical {row['identical']}", flush=True)
+    results["load"] = load.stop()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)
+        Path(args.out).with_suffix(".md").write_text(markdown(results), encoding="utf-8")
+
+
+def markdown(results: dict) -> str:
+    """The table of a run, headed by the command as typed (the process's own arguments: a lock or nice wrapped
+    around it is not part of it) and the machine's measured load."""
+    lines = ["# Race defaults: candidate prompts raced as the Race tab races them", "",
+             f"`{results['command']}` · {results['date']} · smollm2-135m, auto (float32), greedy, {results['tokens']} "
+             f"new tokens · {results['machine']} · each method a warm-up then 3 timed runs (median; range in "
+             f"brackets) · {results['load']['label']}: compare within a prompt.", "",
+             "| prompt | method | tokens/s (median) [range] | × baseline | τ | acceptance | γ | identical to "
+             "baseline |", "|---|---|---|---|---|---|---|---|"]
+    for name, rows in results["prompts"].items():
+        for row in rows:
+            spread = f" [{row['spread'][0]:.1f}–{row['spread'][1]:.1f}]" if row["spread"] else ""
+            accept = f"{row['acceptance_rate']:.0%}" if row["acceptance_rate"] is not None else "–"
+            lines.append(f"| {name} | {row['label']} | {row['tokens_per_second']:.1f}{spread} | "
+                         f"{row['speedup'] or 0:.2f} | {row['tau'] or 0:.2f} | {accept} | {row['gamma']:.1f} | "
+                         f"{'yes' if row['identical'] else 'no'} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -10,10 +10,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from .common import CODE_KINDS, NOREC, RESULTS
 from .leviathan import theory_columns
-
-CODE_KINDS = ("code-writing", "code-editing")
-NOREC = ":norec"
 CUDA_KERNELS_NOTE = ("On CUDA nothing packs (the oneDNN packing is a CPU kernel): rows marked \"packed kernels\" and "
                      "rows marked \"stock kernels\" run the same PyTorch CUDA kernels, so the two × HF columns are two "
                      "measurements of one comparison and their difference is run-to-run noise.")
@@ -83,7 +81,9 @@ def method_rows(records: list[dict], methods: list[dict], costs: dict | None = N
             identical = [r.get("identical_to_baseline") for r in runs if r.get("identical_to_baseline") is not None]
             row = {"method": m["key"], "label": m["label"], "kind": kind, "tok_s": tok_s,
                    "tok_s_spread": spread([r["tok_s"] for r in runs]), "speedup": speedup, "vs_peer": vs_peer,
-                   "peer": m.get("peer"), "vs_peer_stock": vs_stock, "peer_stock": m.get("peer_stock"), "tau": tau, "acceptance": median([r["acceptance_rate"] for r in runs]),
+                   "peer": m.get("peer"), "vs_peer_stock": vs_stock, "peer_stock": m.get("peer_stock"), "tau": tau,
+                   "acceptance": median([r["acceptance_rate"] for r in runs]), "draft": draft_of(runs),
+                   "peer_draft": draft_of([r for r in records if r["method"] == m.get("peer")]),
                    "speedup_per_tau": speedup / tau if speedup and tau else None,
                    "identical": f"{sum(identical)}/{len(identical)}" if identical else "–", "runs": len(runs),
                    "first_divergence": sorted({r.get("first_divergence") for r in runs
@@ -92,6 +92,17 @@ def method_rows(records: list[dict], methods: list[dict], costs: dict | None = N
             row.update(theory_columns(records, methods, costs, m["key"], kind))
             rows.append(row)
     return rows
+
+
+def draft_of(runs: list[dict]) -> str | None:
+    """The draft precision these runs decoded with, as each run recorded it from the draft object (bench/runner.py
+    draft_precision): "int8", "float32", "int8, float32" if they differed; "not recorded" for files from before
+    it was; None where the runs had no draft."""
+    found = sorted({r["draft_precision"] for r in runs if r.get("draft_precision")})
+    if found:
+        return ", ".join(found)
+    drafted = any(r.get("kind") == "draft-model" or r.get("draft_forwards") for r in runs if "draft_precision" not in r)
+    return "not recorded" if drafted else None
 
 
 def trace_overhead(records: list[dict]) -> list[dict]:
@@ -141,7 +152,11 @@ def targets(records: list[dict], dtype: str) -> list[dict]:
                         "identical": f"{sum(identical)}/{len(identical)}" if identical else "–", "met": ok})
 
     # the headline: HF's method on the same packed kernels; beside it, HF as users run it (stock kernels)
-    add("draft model ≥ 1.15× HF assisted", "ours/draft-model", "hf/assisted@packed", 1.15, "hf/assisted")
+    # the draft model's targets, once per draft precision: each side decodes with the very same draft object
+    add("draft model ≥ 1.15× HF assisted (float32 draft, both sides)", "ours/draft-model", "hf/assisted@packed",
+        1.15, "hf/assisted")
+    add("draft model ≥ 1.15× HF assisted (int8 draft, both sides)", "ours/draft-model-int8",
+        "hf/assisted-int8@packed", 1.15, "hf/assisted-int8")
     add("prompt lookup ≥ 1.0× HF prompt lookup", "ours/prompt-lookup", "hf/prompt-lookup@packed", 1.0,
         "hf/prompt-lookup")
     add("(control) SpecLab baseline ÷ HF greedy", "ours/baseline", "hf/greedy@packed", None, "hf/greedy")
@@ -196,7 +211,7 @@ def markdown(result: dict) -> str:
     lines = [f"# SpecLab benchmark: {meta['preset']} ({meta['date']})", "",
              f"{meta['machine']}; torch {meta['torch']}, transformers {meta['transformers']}, {meta['threads']} "
              f"threads; {meta['max_new_tokens']} new tokens, {meta['reps']} repetitions, greedy unless marked T=1. "
-             f"{meta['noise_note']}", ""]
+             f"{meta.get('noise_note') or 'Machine load not recorded.'}", ""]
     if meta.get("gpu") == "cuda":
         lines += [CUDA_KERNELS_NOTE, ""]
     for dtype, run in result["runs"].items():
@@ -204,10 +219,10 @@ def markdown(result: dict) -> str:
         lines += [f"## {dtype}: target {models.get('target')}" + (f", draft {models['draft']}" if models.get("draft")
                                                                    else ""), ""]
         lines += [f"{TAU_RULE}. {THEORY_RULE}.", "",
-                  "| method | prompts | tok/s (median) | spread | × baseline | **× HF, same kernels** | "
-                  "× HF as users run it (stock kernels) | τ | accept | speedup/τ | identical to greedy | "
-                  "S Leviathan | S with t(n) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | draft (this row / its HF peer) | prompts | tok/s (median) | spread | × baseline | "
+                  "**× HF, same kernels, same draft** | × HF as users run it (stock kernels) | τ | accept | "
+                  "speedup/τ | identical to greedy | S Leviathan | S with t(n) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in run["rows"]:
             peer = f"**{_f(row['vs_peer'])}** vs {_peer_name(row['peer'])}" \
                 if row.get("peer") and row["vs_peer"] else "–"
@@ -216,7 +231,10 @@ def markdown(result: dict) -> str:
             ident = row["identical"]
             if row["first_divergence"]:
                 ident += f" (first diff at token {row['first_divergence'][0]})"
-            lines.append(f"| {row['label']} | {row['kind']} | {_f(row['tok_s'])} | {_sp(row['tok_s_spread'])} | "
+            draft = f"{row.get('draft') or '–'} / {row.get('peer_draft') or '–'}" if row.get("peer") else \
+                row.get("draft") or "–"
+            lines.append(f"| {row['label']} | {draft} | {row['kind']} | {_f(row['tok_s'])} | "
+                         f"{_sp(row['tok_s_spread'])} | "
                          f"{_f(row['speedup'])} | {peer} | {stock} | {_f(row['tau'])} | {_f(row['acceptance'])} | "
                          f"{_f(row['speedup_per_tau'])} | {ident} | {_f(row.get('S_leviathan'))} | "
                          f"{_f(row.get('S_with_t'))} |")
@@ -319,9 +337,10 @@ def write(result: dict, out_dir: Path, stem: str) -> dict[str, Path]:
     except Exception as err:  # the chart is a convenience; the JSON and MD are the record
         print(f"(chart not written: {err})")
         paths.pop("png")
-    from .claims import RESULTS, write as write_claims  # the papers' claims next to every results file here
-    if out_dir.resolve() == RESULTS:
-        paths["claims"] = write_claims(out_dir)
+    if out_dir.resolve() == RESULTS:  # the papers' claims next to every results file here
+        from . import claims
+
+        paths["claims"] = claims.write(out_dir)
     return paths
 
 

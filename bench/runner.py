@@ -23,6 +23,7 @@ import torch
 from decoders import kernels
 
 from . import peers
+from .common import Prompt
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class Method:
     baseline: str = "ours/baseline"  # speedups are measured against this method (temperature-0 baseline)
     kernels: str = "packed"  # matmul kernels the models run on: "packed" (SpecLab's, decoders/kernels.py) | "stock"
     peer_stock: str | None = None  # the same HF method as users run it (stock kernels): the second column
+    # The draft's precision, for both families ("auto" | "int8" | "none", decoders/quantize.py): run_draft hands the
+    # same object to SpecLab and to transformers for the same value, so a comparison never pits an int8 draft
+    # against a float32 one. Ours also carry it in options (DecodeOptions.draft_quant, recorded in the trace).
+    draft_quant: str = "auto"
 
     @property
     def needs_draft(self) -> bool:
@@ -62,34 +67,29 @@ def ours(key: str, label: str, kind: str, record: bool = True, temperature: floa
     else:
         options = {"method": "speculative", "drafter": kind, **options}
     return Method(key, label, "ours", kind, options, record, temperature, peer, kernels=kernels,
-                  peer_stock=peer_stock)
+                  peer_stock=peer_stock, draft_quant=options.get("draft_quant", "auto"))
 
 
-def hf(key: str, label: str, kind: str, kernels: str = "stock", temperature: float = 0.0, **settings) -> Method:
+def hf(key: str, label: str, kind: str, kernels: str = "stock", temperature: float = 0.0, draft_quant: str = "auto",
+       **settings) -> Method:
     """An HF peer; `settings` go to generate (bench/peers.py). kernels "stock" = transformers as users run it,
-    "packed" = on SpecLab's kernels, the equal-terms comparison."""
-    return Method(key, label, "hf", kind, dict(settings), True, temperature, None, kernels=kernels)
+    "packed" = on SpecLab's kernels, the equal-terms comparison. draft_quant: the draft it is handed, by the same
+    rule as SpecLab's (run_draft)."""
+    return Method(key, label, "hf", kind, dict(settings), True, temperature, None, kernels=kernels,
+                  draft_quant=draft_quant)
 
 
 HF_KIND = {"baseline": "greedy", "draft-model": "assisted", "prompt-lookup": "prompt-lookup", "early-exit": "early-exit"}
 
 
-@dataclass
-class Prompt:
-    id: str
-    kind: str
-    text: str
-    ids: list[int] = field(default_factory=list)
-
-
 # --- one run ---------------------------------------------------------------------------------------------------
 
 def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=None, seed: int = 0) -> dict:
+    """One SpecLab run; `draft` is the object run_draft chose (None when the method drafts without one)."""
     from decoders import DecodeOptions, stream
 
     options = DecodeOptions(model=getattr(target, "name", "target"), max_new_tokens=max_new_tokens,
                             record=method.record, temperature=method.temperature, seed=seed, **method.options)
-    draft = quantized_draft(options, draft) if method.needs_draft else None
     start = time.perf_counter()
     trace = None
     for trace in stream(options, prompt.ids, target=target, draft=draft):
@@ -130,17 +130,37 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
     }
 
 
-def quantized_draft(options, draft):
-    """The draft as the API would load it for these options: int8 where draft_quant asks for it (or, for "auto",
-    where this machine measured it faster; decoders/quantize.py). Only registry drafts: tests' tiny ones stay."""
+def run_draft(method: Method, draft):
+    """The draft object a run decodes with, by one rule for both families: SpecLab's method and transformers' peer
+    with the same draft_quant get the very same module (transformers' assisted generation only calls the draft's
+    forward, so it runs an int8 draft as well as a float32 one). A comparison with transformers is on equal terms
+    only with the same draft weights: an int8 draft against a float32 one measures the int8 kernel."""
+    if draft is None or not method.needs_draft:
+        return None
+    return quantized_draft(method.draft_quant, draft)
+
+
+def quantized_draft(draft_quant: str, draft):
+    """The draft as the API would load it for this draft_quant: int8 where asked (or, for "auto", where this machine
+    measured it faster; decoders/quantize.py). Only registry drafts: tests' tiny ones stay as they are."""
     from decoders import models, quantize
 
-    if draft is None or options.draft_quant == "none" or getattr(draft, "name", None) not in models.REGISTRY \
+    if draft is None or draft_quant == "none" or getattr(draft, "name", None) not in models.REGISTRY \
             or draft.dtype != torch.float32 or draft.device.type != "cpu":
         return draft
-    quant = quantize.resolve(options.draft_quant, draft.name, "cpu",
+    quant = quantize.resolve(draft_quant, draft.name, "cpu",
                              lambda name, q: models.load_model(name, dtype="float32", quant=q))
     return models.load_model(draft.name, dtype="float32", quant=quant) if quant else draft
+
+
+def draft_precision(draft) -> dict:
+    """What the run's draft was, read from the object itself: {"draft_precision": "int8" | "float32" | …,
+    "draft_kernels": "int8" | "packed" | "stock"}; None for both when the run had no draft."""
+    if draft is None:
+        return {"draft_precision": None, "draft_kernels": None}
+    kind = kernels.kernels_of(draft.model)
+    dtype = str(next(draft.model.parameters()).dtype).removeprefix("torch.")
+    return {"draft_precision": "int8" if kind == kernels.INT8 else dtype, "draft_kernels": kind}
 
 
 def forwards_with_prefill(verify_forwards: int, prompt_len: int) -> int:
@@ -154,6 +174,7 @@ def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, s
     if method.needs_draft and draft is None:
         raise ValueError(f"{method.key} needs a draft model")
     use_kernels(models, method.kernels)  # outside every timed region
+    draft = run_draft(method, draft)  # loads (once per process) outside the timed region too
     if method.family == "ours":
         result = run_ours(method, target, prompt, max_new_tokens, draft, seed)
     else:
@@ -161,7 +182,8 @@ def run_one(method: Method, models: dict, prompt: Prompt, max_new_tokens: int, s
                                 method.temperature, seed)
     result.update({"method": method.key, "family": method.family, "label": method.label, "kind": method.kind,
                    "record": method.record, "temperature": method.temperature, "seed": seed,
-                   "prompt": prompt.id, "prompt_kind": prompt.kind, "prompt_tokens": len(prompt.ids)})
+                   "prompt": prompt.id, "prompt_kind": prompt.kind, "prompt_tokens": len(prompt.ids),
+                   "draft_quant": method.draft_quant if draft is not None else None, **draft_precision(draft)})
     return result
 
 
@@ -218,11 +240,11 @@ def run_suite(methods: list[Method], models: dict, prompts: list[Prompt], reps: 
 
 
 def warmup_set(methods: list[Method]) -> list[Method]:
-    """One method per code path (family, drafter, kernels, greedy or not): one-off costs belong to the path, not to
-    a setting, and a tuning grid of 18 settings should not pay 18 warm-up prefills."""
+    """One method per code path (family, drafter, kernels, draft precision, greedy or not): one-off costs belong to
+    the path, not to a setting, and a tuning grid of 18 settings should not pay 18 warm-up prefills."""
     seen = {}
     for m in methods:
-        seen.setdefault((m.family, m.kind, m.kernels, m.greedy, m.record), m)
+        seen.setdefault((m.family, m.kind, m.kernels, m.draft_quant if m.needs_draft else None, m.greedy, m.record), m)
     return list(seen.values())
 
 
@@ -291,7 +313,8 @@ def describe(method: Method) -> dict:
     """Plain-data description of a method for the JSON (and for the report's predicted-speedup columns)."""
     return {"key": method.key, "label": method.label, "family": method.family, "kind": method.kind,
             "record": method.record, "temperature": method.temperature, "peer": method.peer,
-            "peer_stock": method.peer_stock, "baseline": method.baseline, "options": dict(method.options), "kernels": method.kernels,
+            "peer_stock": method.peer_stock, "baseline": method.baseline, "options": dict(method.options),
+            "kernels": method.kernels, "draft_quant": method.draft_quant if method.needs_draft else None,
             "rule": method.options.get("rule", "static") if method.family == "ours" and method.kind != "baseline"
             else None,
             "gamma": method.options.get("gamma", 4) if method.family == "ours" and method.kind != "baseline"

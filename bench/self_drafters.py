@@ -29,8 +29,7 @@ import torch
 from decoders.controller import TREE_BOUNDS
 
 from . import cli, report
-from .__main__ import load_prompts
-from .claim_measures import Measurement, Results, repo_command
+from .common import LoadMeter, load_prompts
 from .runner import Method, hf, mark_identity, ours, run_suite, set_threads
 
 DEPTHS = 6
@@ -134,7 +133,8 @@ def markdown(result: dict) -> str:
     lines = [f"# Learned self-drafters on {s['target']} ({s['dtype']}, {s['device']})", "",
              f"`{s['command']}` · {s['prompts']} prompts ({', '.join(s['kinds'])}) × {s['reps']} repetitions × "
              f"{s['max_new_tokens']} new tokens · greedy · {s['threads']} threads · {s['machine']} · "
-             f"{s['minutes']:.0f} min · early exit after layer {s['exit_layer']} of {s['layers']}", "",
+             f"{(s.get('load') or {}).get('label') or 'machine load not recorded'} · {s['minutes']:.0f} min · "
+             f"early exit after layer {s['exit_layer']} of {s['layers']}", "",
              "Speed-up: median over prompts of the per-repetition ratio to the baseline (range of all ratios). τ = new "
              "tokens ÷ target forwards (prefill included). α(d): P(draft d accepted | drafts 1..d-1 were). Draft cost: "
              "seconds per draft forward ÷ the baseline's seconds per token (same prompt and repetition). transformers' "
@@ -199,15 +199,16 @@ def main(argv=None) -> int:
     methods = methods_for(k) + [candidate(spec) for spec in args.candidate]
     kinds = cli.kinds(args)
     prompts = load_prompts(args.per_kind, kinds)
-    began = time.monotonic()
+    began, load = time.monotonic(), LoadMeter().start()
     records = run_suite(methods, {"target": target}, prompts, args.reps, args.max_new_tokens)
     mark_identity(records)
     reuse = reuse_saving(target, k)
+    load = load.stop()
     result = {"settings": {"target": args.target, "dtype": "float32", "device": str(target.device),
                            "prompts": len(prompts), "kinds": kinds, "reps": args.reps,
                            "max_new_tokens": args.max_new_tokens, "threads": threads, "exit_layer": k,
                            "layers": len(decoder_layers(target.model)),
-                           "machine": f"{platform.machine()} · torch {torch.__version__} · shared CPU",
+                           "machine": f"{platform.machine()} · torch {torch.__version__}", "load": load,
                            "command": cli.command("python -m bench.self_drafters", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "rows": summarize(records, methods), "reuse": reuse, "records": records}
@@ -216,29 +217,6 @@ def main(argv=None) -> int:
     chart(result, Path(f"{stem}.png"))
     print(markdown(result))
     return 0
-
-
-def speedup_of(method: str, what: str):
-    """bench/claims.py measure: this method's row in the self-drafters files (its α and draft cost as detail)."""
-    def measure(results: Results) -> list[Measurement]:
-        out = []
-        for stem, data in sorted(results.items()):
-            if not stem.startswith("self-drafters-"):
-                continue
-            s = data.get("settings") or {}
-            for row in data.get("rows") or []:
-                if row.get("method") != method or row.get("speedup") is None:
-                    continue
-                alpha = f"α(1) {row['alpha'][0]:.2f}; " if row.get("alpha") and row["alpha"][0] is not None else ""
-                cost = f"draft cost {row['draft_cost']:.2f} of a target step; " if row.get("draft_cost") else ""
-                out.append(Measurement(
-                    method, row["speedup"], f"{row['speedup']:.2f}× over our greedy baseline",
-                    f"{what}: {row['label']}; {alpha}{cost}τ {report._f(row.get('tau'))}; {s.get('prompts')} prompts × "
-                    f"{s.get('reps')} reps", f"{s.get('target')}, {s.get('dtype')}",
-                    f"{s.get('machine', 'unknown machine')}, {s.get('threads')} threads",
-                    repo_command(s.get("command"), "python -m bench.self_drafters"), f"{stem}.json"))
-        return out
-    return measure
 
 
 if __name__ == "__main__":

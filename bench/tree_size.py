@@ -38,10 +38,10 @@ import time
 import torch
 
 from . import cli, report
-from .__main__ import load_prompts
+from .common import LoadMeter, Prompt, load_prompts
 from decoders import costs
 
-from .runner import Prompt, mark_identity, ours, run_suite, set_threads
+from .runner import mark_identity, ours, run_suite, set_threads
 from .trees import PAPER_EAGLE2, methods_for
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 59)
@@ -161,7 +161,8 @@ def markdown(result: dict) -> str:
              f"`{s['command']}` · picked on {s['tuning_prompts']} tuning prompts, checked on {s['prompts']} scored "
              f"prompts × {s['reps']} repetitions × {s['max_new_tokens']} new tokens · greedy · K in "
              f"{', '.join(map(str, s['ks']))}, D in {', '.join(map(str, s['depths']))} · {s['threads']} threads · "
-             f"{s['machine']} · {s['minutes']:.0f} min", "",
+             f"{s['machine']} · {(s.get('load') or {}).get('label') or 'machine load not recorded'} · "
+             f"{s['minutes']:.0f} min", "",
              f"t(1) = {s['t1_ms']:.1f} ms; t(n) from {s.get('cost_repeats', 3)} interleaved repetitions, made "
              "non-decreasing (decoders/costs.py; the tree-mask curve for K > 1). Growth = draft + bookkeeping seconds "
              "per round (per-step median of K's probe run × D). Predicted from the probe runs' accepted-path value "
@@ -227,7 +228,7 @@ def main(argv=None) -> int:
     tuning, scored = load_prompts(args.per_kind, kinds, split="tuning"), load_prompts(args.per_kind, kinds)
     for prompt in tuning + scored:
         prompt.ids = models["target"].encode_prompt(prompt.text, chat=True)
-    began = time.monotonic()
+    began, load = time.monotonic(), LoadMeter().start()
     curve = costs.measure(models["target"], refresh=True, ns=tuple(sorted({1, *(m + 1 for m in candidates)})),
                           repeats=args.cost_repeats)
     t1 = curve.step_seconds
@@ -256,6 +257,7 @@ def main(argv=None) -> int:
                            "cost_repeats": args.cost_repeats,
                            "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}", "t1_ms": 1000 * t1,
+                           "load": load.stop(),
                            "growth_ms_per_step": {str(k): 1000 * v for k, v in per_step.items()},
                            "command": cli.command("python -m bench.tree_size", argv),
                            "minutes": (time.monotonic() - began) / 60},

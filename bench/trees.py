@@ -22,7 +22,7 @@ import torch
 from decoders.controller import TREE_BOUNDS
 
 from . import cli, report
-from .__main__ import load_prompts
+from .common import LoadMeter, load_prompts
 from .runner import Method, mark_identity, ours, run_suite, set_threads
 from .tuning import hf_assisted
 
@@ -41,7 +41,8 @@ def methods_for(grown_by_head: bool) -> list[Method]:
     grower = "EAGLE head" if grown_by_head else "draft model"
     chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
         else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
-    peers = [] if grown_by_head else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed")]
+    # transformers gets the very draft object SpecLab's draft-model arms use (the same draft_quant, "auto")
+    peers = [] if grown_by_head else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed", "auto")]
     return [ours("ours/baseline", "baseline", "baseline"), chain, *peers,
             ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
@@ -59,7 +60,7 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
         rows.append({"method": m.key, "label": m.label, "runs": len(mine),
                      "tok_s": report.median([r["tok_s"] for r in mine]),
                      "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
-                     "tau": report.median([r["tau"] for r in mine]),
+                     "tau": report.median([r["tau"] for r in mine]), "draft": report.draft_of(mine),
                      "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1)
                                                           for r in mine]),
                      "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1)
@@ -75,17 +76,18 @@ def markdown(result: dict) -> str:
     lines = [f"# Draft trees on {s['target']} ({s['dtype']}, {s['device']})", "",
              f"`{s['command']}` · {s['prompts']} prompts ({', '.join(s['kinds'])}) × {s['reps']} repetitions × "
              f"{s['max_new_tokens']} new tokens · greedy · {s['threads']} threads · {s['machine']} · "
-             f"{s['minutes']:.0f} min", "",
+             f"{(s.get('load') or {}).get('label') or 'machine load not recorded'} · {s['minutes']:.0f} min", "",
              "Speed-up = median over prompts of the per-repetition ratio to the baseline of the same prompt and "
              "repetition (range of all ratios in brackets). τ = new tokens ÷ target forwards (prefill included). "
              "Accepted/drafted per round: drafts accepted and drafts sent to the target per verification. Peak KV: "
              "the target's cache peak plus the drafter's. Same as baseline: runs whose tokens equal the greedy "
-             "baseline's.", "",
-             "| method | tokens/s | speed-up | τ | accepted / round | sent / round | peak KV | same as baseline |",
-             "|---|---|---|---|---|---|---|---|"]
+             "baseline's. Draft: the draft model's precision, read from the draft object each run decoded with "
+             "(transformers' assisted generation is handed the same object as SpecLab's draft-model arms).", "",
+             "| method | draft | tokens/s | speed-up | τ | accepted / round | sent / round | peak KV | same as "
+             "baseline |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         spread = f" ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["spread"] else ""
-        lines.append(f"| {r['label']} | {report._f(r['tok_s'], 1)} | "
+        lines.append(f"| {r['label']} | {r.get('draft') or '–'} | {report._f(r['tok_s'], 1)} | "
                      f"{report._f(r['speedup'], 2, '×') if r['speedup'] else '1 (yardstick)'}{spread} | "
                      f"{report._f(r['tau'])} | {report._f(r['accepted_per_round'])} | "
                      f"{report._f(r['drafted_per_round'], 1)} | "
@@ -104,10 +106,10 @@ def main(argv=None) -> int:
     methods = methods_for(grown_by_head=draft_name is None)
     kinds = cli.kinds(args)
     prompts = load_prompts(args.per_kind, kinds)
-    began = time.monotonic()
+    began, load = time.monotonic(), LoadMeter().start()
     records = run_suite(methods, models, prompts, args.reps, args.max_new_tokens)
     mark_identity(records)
-    result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32",
+    result = {"settings": {"target": args.target, "draft": draft_name, "dtype": "float32", "load": load.stop(),
                            "device": str(models["target"].device), "prompts": len(prompts), "kinds": kinds,
                            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.machine()} · torch {torch.__version__}",

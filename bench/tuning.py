@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .report import CODE_KINDS, ratio_over
-from .runner import Method, hf, ours
+from .common import CODE_KINDS, Prompt
+from .report import ratio_over
+from .runner import Method, hf, ours, run_suite
 
 ASSISTED_TOKENS = (5, 10, 20)
 ASSISTED_THRESHOLDS = (0.2, 0.4, 0.6)
@@ -41,8 +42,22 @@ def assisted_label(settings: dict) -> str:
             f"{settings['num_assistant_tokens_schedule']}")
 
 
+# The draft precisions a comparison can run (DecodeOptions.draft_quant) and the suffix of their arms' keys; the
+# float32 arm keeps the unsuffixed key every results file before int8 drafts used (their drafts were float32).
+QUANT_SUFFIX = {"none": "", "int8": "-int8", "auto": "-auto"}
+QUANT_WORDS = {"none": "float32 draft", "int8": "int8 draft", "auto": "draft int8 where measured faster"}
+
+
+def quant_key(key: str, draft_quant: str) -> str:
+    """"hf/assisted@packed", "int8" -> "hf/assisted-int8@packed" (the kernels suffix stays last)."""
+    base, at, kernels = key.partition("@")
+    return base + QUANT_SUFFIX[draft_quant] + at + kernels
+
+
 def ours_draft_model(key: str, settings: dict, **extra) -> Method:
-    return ours(key, f"SpecLab draft model ({draft_model_label(settings)})", "draft-model", **settings, **extra)
+    draft = QUANT_WORDS[extra.get("draft_quant", "auto")]
+    return ours(key, f"SpecLab draft model ({draft_model_label(settings)}; {draft})", "draft-model", **settings,
+                **extra)
 
 
 def ours_prompt_lookup(key: str, settings: dict, **extra) -> Method:
@@ -50,10 +65,11 @@ def ours_prompt_lookup(key: str, settings: dict, **extra) -> Method:
                 "prompt-lookup", **settings, **extra)
 
 
-def hf_assisted(key: str, settings: dict, kernels: str = "packed") -> Method:
+def hf_assisted(key: str, settings: dict, kernels: str = "packed", draft_quant: str = "auto") -> Method:
+    """transformers' assisted generation, handed the same draft object as SpecLab's arms with this draft_quant."""
     where = "packed kernels" if kernels == "packed" else "stock kernels, as users run it"
-    return hf(key, f"HF assisted generation ({assisted_label(settings)}; {where})", "draft-model", kernels,
-              **settings)
+    return hf(key, f"HF assisted generation ({assisted_label(settings)}; {where}; {QUANT_WORDS[draft_quant]})",
+              "draft-model", kernels, draft_quant=draft_quant, **settings)
 
 
 def hf_prompt_lookup(key: str, settings: dict, kernels: str = "packed") -> Method:
@@ -90,14 +106,28 @@ def groups(args, has_draft: bool) -> list[Group]:
                  tuple({"prompt_lookup_num_tokens": n, "max_matching_ngram_size": ngram}
                        for n in PROMPT_LOOKUP_TOKENS))]
     if has_draft:
-        out.append(Group("ours/draft-model", ours_draft_model, DRAFT_MODEL_GRID))
-        out.append(Group("hf/assisted", hf_assisted, tuple(
-            {"num_assistant_tokens": n, "assistant_confidence_threshold": t, "num_assistant_tokens_schedule": s}
-            for n in ASSISTED_TOKENS for t in ASSISTED_THRESHOLDS for s in ASSISTED_SCHEDULES)))
+        for quant in getattr(args, "draft_quants", None) or ["none"]:  # each side tuned on the draft it will run
+            out.append(draft_model_group(quant))
+            out.append(assisted_group(quant))
         if args.sweep_on:
             out.append(Group("ours/t1/adaedl", ours_t1_adaedl,
                              tuple({"max_draft": n} for n in T1_ADAEDL_MAX_DRAFT), kinds=CODE_KINDS))
     return out
+
+
+def draft_model_group(draft_quant: str) -> Group:
+    """SpecLab's draft model: the grid of rules and lengths, on a draft of this precision."""
+    return Group(quant_key("ours/draft-model", draft_quant),
+                 lambda key, settings: ours_draft_model(key, settings, draft_quant=draft_quant), DRAFT_MODEL_GRID)
+
+
+def assisted_group(draft_quant: str) -> Group:
+    """transformers' assisted generation: assistant tokens × confidence threshold × schedule, on the same draft."""
+    return Group(quant_key("hf/assisted", draft_quant),
+                 lambda key, settings: hf_assisted(key, settings, "packed", draft_quant), tuple(
+                     {"num_assistant_tokens": n, "assistant_confidence_threshold": t,
+                      "num_assistant_tokens_schedule": s}
+                     for n in ASSISTED_TOKENS for t in ASSISTED_THRESHOLDS for s in ASSISTED_SCHEDULES))
 
 
 # --- the choice -------------------------------------------------------------------------------------------------
@@ -124,3 +154,21 @@ def choose(records: list[dict], group_list: list[Group], tuning_prompts: set[str
         out[group.key] = {"chosen": best, "settings": rows[best]["settings"], "candidates": rows,
                           "kinds": list(kinds)}
     return out
+
+
+def run_tuning(group_list: list[Group], models: dict, prompts: list[Prompt], args, log) -> tuple[dict, list]:
+    """Every grid setting on the tuning prompts (its kinds only), interleaved with the baseline; then the choice.
+    args: tune_reps, tune_max_new."""
+    decisions, records = {}, []
+    baseline = ours("ours/baseline", "SpecLab baseline", "baseline")
+    for kinds in dict.fromkeys(g.kinds for g in group_list):
+        chosen = [g for g in group_list if g.kinds == kinds]
+        subset = [p for p in prompts if kinds is None or p.kind in kinds]
+        if not subset:
+            continue
+        log(f"  tuning {', '.join(g.key for g in chosen)} on {len(subset)} tuning prompts ...")
+        candidates = [m for g in chosen for m in g.candidates()]
+        done = run_suite([baseline] + candidates, models, subset, args.tune_reps, args.tune_max_new, log=log)
+        decisions.update(choose(done, chosen, {p.id for p in subset}))
+        records += done
+    return decisions, records

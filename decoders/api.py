@@ -58,7 +58,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
         holding.enter_context(_hold(target))  # before the draft loads: that load may evict to fit the budget
         prompt_ids = _prompt_ids(target, prompt, options)
         if uses_draft_model(options):
-            draft = draft or _load_draft(draft_for(options), options)
+            draft = draft or load_draft(draft_for(options), options)
             holding.enter_context(_hold(draft))
             _check_pair(target, draft)
         if registry.method(options.method).family == Family.BEAM:  # several beams: decoders/beams (its own live trace, schema 2)
@@ -136,7 +136,7 @@ def stream_batch(options: DecodeOptions, prompts: list[str | list[int]], seeds: 
         batch_run.check_model(target.model)
         prompt_ids = [_prompt_ids(target, prompt, row) for prompt, row in zip(prompts, row_options)]
         if uses_draft_model(options):
-            draft = draft or _load_draft(draft_for(options), options)
+            draft = draft or load_draft(draft_for(options), options)
             holding.enter_context(_hold(draft))
             _check_pair(target, draft)
         runner = RaggedRunner(target.model, len(prompts))
@@ -205,21 +205,23 @@ def draft_for(options: DecodeOptions) -> str | None:
     return entry.default_draft
 
 
-def _load(name: str, options: DecodeOptions, quant: str | None = None) -> LanguageModel:
+def _load(name: str, options: DecodeOptions, quant: str | None = None, progress=None) -> LanguageModel:
     from . import models
 
-    return models.load_model(name, dtype=options.dtype, device=options.device, quant=quant)
+    return models.load_model(name, dtype=options.dtype, device=options.device, quant=quant, progress=progress)
 
 
-def _load_draft(name: str, options: DecodeOptions) -> LanguageModel:
-    """The draft, int8 where decoders/quantize.py says it pays (float32 CPU runs only: a bf16 run keeps its draft)."""
+def load_draft(name: str, options: DecodeOptions, progress=None) -> LanguageModel:
+    """The draft, int8 where decoders/quantize.py says it pays (float32 CPU runs only: a bf16 run keeps its draft).
+    The one way a draft is loaded for these options: the API, the CLI, bench and the app all come through here, so
+    every one of them races the same draft. progress: decoders.models' loading callback."""
     from . import models, quantize
 
     device = models.resolve_device(options.device)
     if models.resolve_dtype(options.dtype, device) != torch.float32:
-        return _load(name, options)
+        return _load(name, options, progress=progress)
     quant = quantize.resolve(options.draft_quant, name, device.type, lambda n, q: _load(n, options, q))
-    return _load(name, options, quant)
+    return _load(name, options, quant, progress)
 
 
 def _hold(model: LanguageModel):

@@ -12,6 +12,8 @@ would put every package on a circle with its own modules).
 
     cycles(["decoders", "bench", "app"]) -> [("decoders.options", "decoders.registry"), ...]
 
+Folders are taken relative to `root` (the repository by default; a test passes its own tmp folder).
+
 lists every edge (a imports b) that lies on a circle, i.e. where b also reaches a through the edges, so circles of
 any length show, not only two modules importing each other.
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def module_name(path: Path, root: Path) -> str:
     """decoders/whisper/search.py -> decoders.whisper.search; decoders/batch/__init__.py -> decoders.batch."""
@@ -27,11 +31,11 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def scan(package_dirs: list[str | Path]) -> dict[str, Path]:
+def scan(package_dirs: list[str | Path], root: Path = ROOT) -> dict[str, Path]:
     """Every module under the given package folders, by dotted name (named from each folder's parent)."""
     found = {}
-    for folder in map(Path, package_dirs):
-        folder = folder.resolve()
+    for folder in package_dirs:
+        folder = (Path(root) / folder).resolve()  # an absolute folder stays itself
         for path in sorted(folder.rglob("*.py")):
             found[module_name(path, folder.parent)] = path
     return found
@@ -79,8 +83,9 @@ def _packages_above(dotted: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
-def graph(package_dirs: list[str | Path]) -> dict[str, set[str]]:
-    known = scan(package_dirs)
+def graph(package_dirs: list[str | Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the scanned modules it imports."""
+    known = scan(package_dirs, root)
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
@@ -94,9 +99,9 @@ def _reach(edges: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def cycles(package_dirs: list[str | Path]) -> list[tuple[str, str]]:
+def cycles(package_dirs: list[str | Path], root: Path = ROOT) -> list[tuple[str, str]]:
     """Every import edge (a, b) on a circle: a imports b, and b reaches a again."""
-    edges = graph(package_dirs)
+    edges = graph(package_dirs, root)
     reach = {name: _reach(edges, name) for name in edges}
     return sorted((a, b) for a, targets in edges.items() for b in targets if a in reach[b])
 

@@ -41,6 +41,7 @@ def tiny_models(monkeypatch, tiny, drafts):
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
     monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setattr(loading, "load_draft", fake_load)  # the draft's own path (the API's draft loader)
     from decoders.registry import uses_draft_model
 
     monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if uses_draft_model(o) else None)

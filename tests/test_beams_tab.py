@@ -23,6 +23,7 @@ def tiny_models(monkeypatch, tiny, drafts):
         return drafts["noisy"] if name == "tiny-draft" else tiny
 
     monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setattr(loading, "load_draft", fake_load)  # the draft's own path (the API's draft loader)
     monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if o.method == "dsbd" else None)
     monkeypatch.setattr(beams_tab, "STREAM_EVERY", 0.0)  # every iteration drawn, however fast the machine
     return loaded
@@ -187,6 +188,7 @@ import app.tabs.beams as beams_tab
 target = tiny_qwen2(vocab=32, seed=0)
 draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
 loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
+loading.load_draft = loading.load
 loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
 from app_server import launched_demo
 from gradio_client import Client
@@ -243,6 +245,7 @@ def like_a_real_model(module, args):
 for lm in (target, draft):
     lm.model.model.layers[0].register_forward_pre_hook(like_a_real_model)
 loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
+loading.load_draft = loading.load
 loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
 from app_server import launched_demo
 from gradio_client import Client

@@ -11,7 +11,8 @@ import pytest
 from app.figures.claims import CLAIMS_CSS
 from app.tabs import claims as claims_tab
 from bench import claims, leviathan, report
-from bench.claim_measures import RATIO_WORDING, repo_command
+from bench.claim_measures import repo_command
+from bench.claim_types import RATIO_WORDING
 from bench.costs import alpha_from_tau, leviathan_speedup
 
 PLD = {"key": "ours/prompt-lookup", "label": "SpecLab prompt lookup", "family": "ours", "kind": "prompt-lookup",
@@ -271,7 +272,7 @@ def test_the_benchmark_report_rewrites_claims_only_for_the_real_results_folder(r
     monkeypatch.setattr(report, "markdown", lambda result: "table")
     monkeypatch.setattr(report, "chart", lambda result, path: str(path))
     assert "claims" not in report.write({}, tmp_path / "elsewhere", "x")  # a test's scratch folder: no rewrite
-    monkeypatch.setattr(claims, "RESULTS", results.resolve())
+    monkeypatch.setattr(report, "RESULTS", results.resolve())
     assert report.write({}, results, "x")["claims"] == tmp_path / "CLAIMS.md"
     assert written == [results]
 
@@ -332,3 +333,84 @@ def test_the_runner_records_rounds_and_the_replay_recomputes_them(tiny):
         assert any(d < gamma for d, _ in rounds)  # the budget cuts the last rounds short: they must not count
         replayed = leviathan.replay_prompt_lookup(prompt.ids, record["output_ids"], gamma, 3, 24, set())
         assert replayed == rounds
+
+
+# --- issue 33 item 7 and item 3's claims half: each statement checked against its results file ---
+
+def _committed_row(method: str) -> claims.ClaimRow:
+    return _row_for(claims.table(claims.load_results()), method)
+
+
+def test_the_whisper_lora_claim_says_what_its_results_file_measured():
+    from bench.common import RESULTS
+
+    row = _committed_row("Whisper LoRA fine-tuning (Vietnamese)")
+    data = json.loads((RESULTS / "whisper-finetune.json").read_text())
+    wer = {r["arm"]: 100 * r["wer"] for r in data["results"]}
+    assert row.headline.source == "whisper-finetune.json" and row.headline.key == "lora-vs-full"
+    assert row.headline.ours == pytest.approx(wer["lora"] - wer["full"])  # −8.06 points
+    assert row.headline.short == f"LoRA −{wer['full'] - wer['lora']:.2f} WER points vs full fine-tuning"
+    assert row.ratio()[0] == f"{(wer['lora'] - wer['full']) / -1.45:.2f}× the paper's −1.45 WER points"
+    # small and lopsided, said where the number is: 62 syllables, and one clip carries most of zero-shot's errors
+    assert "62 held-out syllables (one syllable = 1.6 points)" in row.headline.detail
+    assert "zero-shot made 47 of its 88 errors on \"Cà phê ở đây rất ngon.\"" in row.headline.detail
+    assert "without that clip: zero-shot 73.21%, full 73.21%, lora 64.29%" in row.headline.detail
+    history = {(m.source, m.key): m for m in row.history}
+    assert history[("whisper-finetune.json", "lora-vs-zero-shot")].ours == pytest.approx(wer["lora"] - wer["zero-shot"])
+    assert history[("whisper-finetune-seed1.json", "lora-vs-full")].short == \
+        "LoRA −3.23 WER points vs full fine-tuning"
+    peft = history[("whisper-finetune-peft.json", "lora")]  # the LoRA arm alone: nothing in its run to compare with
+    assert peft.ours is None and peft.note and row.ratio(peft)[0] == "–"
+    assert "## Whisper LoRA fine-tuning (Vietnamese)" in claims.CLAIMS_MD.read_text()
+
+
+def test_the_batch_headline_is_end_to_end_on_a_run_whose_rows_went_ragged():
+    from bench.common import RESULTS
+
+    row = _committed_row("batched speculative decoding (ragged rows)")
+    data = json.loads((RESULTS / "batch-qwen2.5-coder-1.5b.json").read_text())
+    cell = {(r["method"], r["set"], r["batch"]): r for r in data["rows"]}
+    e2e = {key: r["e2e_tokens_per_second"] for key, r in cell.items()}
+    assert row.headline.source == "batch-qwen2.5-coder-1.5b.json" and row.headline.key == "draft-model/chat"
+    assert row.headline.ours == pytest.approx(e2e[("draft-model", "chat", 8)] / e2e[("draft-model", "chat", 1)])
+    over_base = e2e[("draft-model", "chat", 8)] / e2e[("baseline", "chat", 8)]
+    assert row.headline.short.startswith(f"{over_base:.2f}× the batched baseline at B = 8, end to end")
+    taus = cell[("draft-model", "chat", 8)]["tau"]
+    assert min(taus) < max(taus) and f"rows ragged: τ per row {min(taus):.2f}–{max(taus):.2f}" in row.headline.detail
+    decode_only = cell[("draft-model", "chat", 8)]["over_batch_1"]
+    assert f"decode-only (prefill left out): {decode_only:.2f}× its batch-1 tokens/s" in row.headline.detail
+    code = next(m for m in row.history if m.key == "draft-model/code-editing" and m.source == row.headline.source)
+    assert "never ragged: every row τ 4.80" in code.detail and code.ours == pytest.approx(
+        e2e[("draft-model", "code-editing", 8)] / e2e[("draft-model", "code-editing", 1)])  # 0.72, not 3.47
+    # the decode-only 3.47× appears only under its label
+    text = claims.CLAIMS_MD.read_text()
+    spots = [m.start() for m in re.finditer(r"3\.47×", text)]
+    assert spots and all("decode-only" in text[max(0, i - 120):i].lower() for i in spots)
+
+
+def test_machine_labels_come_from_a_measured_load(results):
+    from bench.common import LoadMeter, load_label, load_summary
+
+    assert load_summary([]) == {"per_core": None, "samples": 0, "label": "machine load not measured"}
+    assert load_label({"min": 0.4, "median": 0.9, "max": 1.1}).startswith("quiet machine, load 0.90 per core")
+    assert load_label({"min": 0.9, "median": 3.2, "max": 4.0}).startswith("shared machine, load 3.20 per core")
+    with LoadMeter(every=0.01) as meter:
+        pass
+    assert meter.summary()["samples"] >= 2 and meter.summary()["label"] != "machine load not measured"
+    data = json.loads((results / "pair.json").read_text())
+    data["meta"]["load"] = {"label": "shared machine, load 3.20 per core (median; 0.90–4.00)"}
+    (results / "pair.json").write_text(json.dumps(data))
+    sps = _row_for(claims.table(claims.load_results(results)), "draft model (SpS)")
+    assert sps.headline.hardware == "Test CPU, 2 cores, 2 threads, shared machine, load 3.20 per core (median; " \
+                                    "0.90–4.00)"
+
+
+def test_no_results_file_labels_its_machine_by_a_constant_or_carries_a_local_lock():
+    """"shared CPU" was printed into every self-drafters file whatever the load; race-defaults.md kept the machine
+    lock around its command. A label now comes from bench/common.py's LoadMeter, a command from the process."""
+    from bench.common import RESULTS
+
+    texts = {path.name: path.read_text() for path in sorted(RESULTS.iterdir()) if path.suffix in (".md", ".json")}
+    assert [name for name, text in texts.items() if "shared CPU" in text] == []
+    assert [name for name, text in texts.items() if "flock" in text or "speclab-heavy.lock" in text] == []
+    assert "machine load not recorded" in texts["self-drafters-smollm2-135m.md"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from bench import claims_view as words
-from bench.claims import ClaimRow
+from bench.claim_types import ClaimRow
 
 
 def _cell(tag: str, cell: words.Cell, label: str, css: str = "") -> str:

@@ -47,11 +47,23 @@ def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:
     timed = t.get("timed_tokens_per_second") or []
     return {"label": trace.label, "method": trace.method, "tokens_per_second": speed, "speedup": speedup,
             "spread": (min(timed), max(timed)) if len(timed) > 1 else None, "timed_runs": len(timed) or 1,
+            "draft": draft_description(trace),
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
             "tree": tree, "draft_steps": steps, "peak_kv_bytes": t.get("peak_kv_bytes"),
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
             "check": compare(trace, baseline).to_dict() if baseline is not None and trace is not baseline else None,
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
+
+
+def draft_description(trace) -> str | None:
+    """Which draft model raced, as the trace recorded it from the loaded draft (decoders/api.py _describe): its name
+    and precision, e.g. "qwen2.5-coder-0.5b, int8 linears"; None when the run had no draft model."""
+    draft = (trace.models or {}).get("draft")
+    if not draft:
+        return None
+    kernels, dtype = draft.get("kernels"), draft.get("dtype", "?")
+    kind = "int8 linears" if kernels == "int8" else f"{dtype}, packed" if kernels == "packed" else dtype
+    return f"{draft.get('name', '?')}, {kind}"
 
 
 def _beam_row(trace: BeamTrace, t: dict, baseline: Trace | None, speed, speedup) -> dict:
@@ -66,7 +78,9 @@ def _beam_row(trace: BeamTrace, t: dict, baseline: Trace | None, speed, speedup)
 
 
 HEADERS = [
-    ("method", "the decoding method and its options"),
+    ("method", "the decoding method and its options; under a draft-model method, the draft that raced and its "
+               "precision (int8 linears where draft_quant and this machine chose them: only q changes, so the output "
+               "stays the baseline's)"),
     ("tokens/s", "output tokens ÷ decode seconds of the median timed run (the range of all timed runs in "
                  "brackets), measured after a warm-up run, one method at a time"),
     ("speedup", "this method's tokens/s ÷ the baseline's tokens/s on the same prompt and machine"),
@@ -125,13 +139,23 @@ def race_table_html(rows: list[dict]) -> str:
         speed = _f(row["tokens_per_second"], "{:.1f}")
         if row.get("spread"):
             speed += " ({:.1f}–{:.1f})".format(*row["spread"])
-        cells = [row["label"], speed, _f(row["speedup"], "{:.2f}×"),
+        cells = [speed, _f(row["speedup"], "{:.2f}×"),
                  _f(row["tau"]), _f(row["acceptance_rate"], "{:.0%}"),
                  _f(row["gamma"] or None, "{:.1f}"), _f(row["c"], "{:.3f}"), memory_text(row.get("peak_kv_bytes"))]
         last = f'<td class="{css}" title="{html.escape(hover, quote=True)}">{html.escape(same)}</td>'
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + last + "</tr>")
+        body.append("<tr>" + method_cell(row) + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + last +
+                    "</tr>")
     return (f'<div class="sl-race-wrap"><table class="sl-race"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def method_cell(row: dict) -> str:
+    """The method's label and, for a draft-model run, the draft that raced (name and precision) under it."""
+    if not row.get("draft"):
+        return f"<td>{html.escape(row['label'])}</td>"
+    hover = f"draft model: {row['draft']}, as loaded for this run (the API, the CLI and bench load it the same way)"
+    return (f'<td>{html.escape(row["label"])}<br><small class="sl-race-draft" title="{html.escape(hover, quote=True)}">'
+            f"draft: {html.escape(row['draft'])}</small></td>")
 
 
 def _f(value, fmt: str = "{:.2f}") -> str:

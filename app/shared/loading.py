@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
-from decoders.api import draft_for
+from decoders.api import draft_for, load_draft as api_load_draft
 from decoders.options import DecodeOptions
 from decoders.trace import Trace
 
@@ -37,6 +37,12 @@ def draft_name(options: DecodeOptions) -> str | None:
 
 def load(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):
     """decoders.models.load_model with its progress callback forwarded to `report(fraction, message)`."""
+    return _models_module().load_model(name, dtype=options.dtype, device=options.device,
+                                       progress=_progress(name, report))
+
+
+def _progress(name: str, report: Callable[[float, str], None] | None):
+    """decoders.models' progress callback, placed on the page's bar as `report(fraction, message)`."""
     def progress(*args, **kwargs):
         fraction = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
         message = next((a for a in args if isinstance(a, str)), kwargs.get("message", ""))
@@ -44,7 +50,7 @@ def load(name: str, options: DecodeOptions, report: Callable[[float, str], None]
             report(fraction if fraction is not None else load_fraction(message),
                    f"{name}: {message}" if message else f"loading {name}")
 
-    return _models_module().load_model(name, dtype=options.dtype, device=options.device, progress=progress)
+    return progress
 
 
 def load_fraction(message: str) -> float | None:
@@ -53,10 +59,16 @@ def load_fraction(message: str) -> float | None:
     return next((fraction for phase, fraction in LOAD_PHASES if text.startswith(phase)), None)
 
 
+def load_draft(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):
+    """The draft as the API loads it for these options (decoders.api.load_draft: int8 where draft_quant and this
+    machine say so), so a tab runs the very draft the API, the CLI and bench would run."""
+    return api_load_draft(name, options, _progress(name, report))
+
+
 def load_models(options: DecodeOptions, report=None) -> tuple[object, object | None]:
     target = load(options.model, options, report)
     name = draft_name(options)
-    draft = load(name, options, report) if name else None
+    draft = load_draft(name, options, report) if name else None
     return target, draft
 
 

@@ -139,7 +139,7 @@ def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Ite
 
     opts = DecodeOptions.from_dict(options)
     target = loading.load(opts.model, opts)
-    draft = loading.load(draft_name, opts) if draft_name else None
+    draft = loading.load_draft(draft_name, opts) if draft_name else None
     trace, last = None, 0.0
     with DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
         for trace in lease.items():
