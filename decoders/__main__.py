@@ -177,17 +177,24 @@ def run_batch(options, prompts: list[str], args: argparse.Namespace) -> int:
         print(summary_line(trace))
         if args.check_rows:
             alone = generate(replace(options, seed=seeds[r] if seeds else options.seed), prompts[r])
-            verdict = compare(trace, alone)
             same = trace.output_ids == alone.output_ids
+            verdict = None if same else compare(trace, alone, _target(options).model)
             print("same as this row decoded alone" if same else
                   f"against this row decoded alone: {verdict.line()}" if verdict.kind == "rounding" else
-                  "differs from this row decoded alone: mismatch")
+                  f"differs from this row decoded alone: {verdict.line()}")
             mismatch |= not same and verdict.kind != "rounding"
     print(batch_line(batch))
     if args.trace:
         args.trace.write_text(batch.to_json(indent=1), encoding="utf-8")
         print(f"batch trace written to {args.trace}")
     return 1 if mismatch else 0
+
+
+def _target(options):
+    """The run's target (a cache hit: the batch and the row alone have just loaded it) for compare's re-score."""
+    from . import api
+
+    return api._load(options.model, options)
 
 
 def batch_line(batch) -> str:

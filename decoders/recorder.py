@@ -9,7 +9,7 @@ import torch
 from .drafters import Proposal
 from .sampling import raw_probs
 from .stats import summarize
-from .trace import NodeRecord, RoundRecord, TokenRecord, Trace
+from .trace import TOP_LOGITS, NodeRecord, RoundRecord, TokenRecord, Trace
 from .tree import depths
 from .verify import Verdict
 
@@ -54,6 +54,7 @@ class TraceBuilder:
         self.record = record
         self.detok = Detokenizer(decode)
         self.seconds = 0.0  # the recorder's own work (totals["record_seconds"]): what recording costs a run
+        self.extra_totals: dict = {}  # what the run's set-up adds to the totals (the controller's cost curve)
 
     def add_round(self, *args, **kwargs) -> RoundRecord:
         """Append one round (see _add_round), timing the recorder's own work."""
@@ -82,8 +83,10 @@ class TraceBuilder:
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
+        elif rule_name is not None:  # recording off: the round's cap and why, a few numbers (no checks, no curves)
+            rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, **_decision(rule_after)}
         self.trace.rounds.append(rnd)
-        self._add_tokens(committed, provenance, index, _top2(logits, ([0] + verdict.path)[:len(committed)]))
+        self._add_tokens(committed, provenance, index, _top(logits, ([0] + verdict.path)[:len(committed)]))
         return rnd
 
     def _search(self, search: dict | None) -> dict | None:
@@ -92,8 +95,8 @@ class TraceBuilder:
             return search
         return {**search, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
 
-    def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top2: list[list]) -> None:
-        for token, source, best in zip(committed, provenance, top2):
+    def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top: list[list]) -> None:
+        for token, source, best in zip(committed, provenance, top):
             self.trace.output_ids.append(token)
             text = self.detok.push(token) if self.record else ""
             self.trace.tokens.append(TokenRecord(token, text, source, index, best))
@@ -125,13 +128,23 @@ class TraceBuilder:
             self.trace.tokens[-1].text += tail
             self.trace.output_text += tail
         self.seconds += time.perf_counter() - start
-        self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds}
+        self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds, **self.extra_totals}
         return self.trace
 
 
-def _top2(logits: torch.Tensor, rows: list[int]) -> list[list]:
-    """Per committed token, the two best [id, logit] of the target row that decided it (row i predicts after node
-    i: the root's row decides the first token, each accepted node's row the next). Cheap: top-2 of a few rows."""
-    values, ids = logits[rows].float().topk(2, dim=-1)  # (k, 2), (k, 2)
+def _decision(rule_after: dict) -> dict:
+    """The controller's choice without its curves (the gain and t lists stay with recording on)."""
+    controller = rule_after.get("controller")
+    if not controller:
+        return {}
+    return {"controller": {k: v for k, v in controller.items() if not isinstance(v, list)}}
+
+
+def _top(logits: torch.Tensor, rows: list[int]) -> list[list]:
+    """Per committed token, the TOP_LOGITS best [id, logit] of the target row that decided it (row i predicts after
+    node i: the root's row decides the first token, each accepted node's row the next). Cheap: a top-k of a few rows.
+    More than two, so that where the baseline chose another token, this run's logit for it is usually on record."""
+    k = min(TOP_LOGITS, logits.shape[-1])
+    values, ids = logits[rows].float().topk(k, dim=-1)  # (rows, k), (rows, k)
     return [[[int(i), float(v)] for i, v in zip(row_ids, row_values)] for row_ids, row_values in
             zip(ids.tolist(), values.tolist())]
