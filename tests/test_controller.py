@@ -294,3 +294,42 @@ def test_the_draft_cost_prior_counts_the_weights_a_step_reads_packed_or_int8():
     assert registry._size_ratio(registry.BuildContext(None, None, target, twin)) == pytest.approx(1.0, rel=0.05)
     kernels.quantize_int8(twin.model)  # 1-byte weights: about a quarter of the float32 bytes, embeddings aside
     assert 0.2 < registry._size_ratio(registry.BuildContext(None, None, target, twin)) < 0.5
+
+
+def loaded(n: int) -> float:
+    """A t(n)/t(1) like one cached on a busy 2-core machine: a second token costs half a step."""
+    return {1: 1.0, 2: 1.5}.get(n, 1.5 + 0.05 * (n - 2))
+
+
+def test_an_all_rejected_first_round_still_drafts_again_and_recovers():
+    """Issue 35 item 4: prompt lookup (c = 0) on a copy task drafted 15 tokens of chat-template text in round 1, all
+    rejected; α fell below t(2) − 1 of a busy machine's curve, the cap went to 0, and with a probe every 8 rounds
+    (reset even when a probe found nothing to draft) the run kept cap 0 in 14 of 18 rounds while the text repeated.
+    Here the first two rounds are rejected outright, the first probe finds no n-gram to draft, and every draft after
+    that is accepted: the controller must draft again soon and stay drafting."""
+    rule = CostAwareRule(StaticRule(4), t=loaded, c=0.0)
+    caps, no_match_once = [], True
+    for index in range(18):
+        cap = rule.limit()
+        caps.append(cap)
+        drafted = 0 if (cap and no_match_once and index >= 2) else cap  # the first probe finds no match
+        no_match_once &= not (cap and index >= 2)
+        accepted = 0 if index < 2 else drafted
+        rule.update(accepted, drafted)
+    assert caps[0] > 0 and caps[1] > 0
+    assert caps.count(0) <= 8, caps
+    assert all(cap > 0 for cap in caps[-8:]), caps  # recovered: drafting on the text that repeats
+    assert rule.last["why"] == "gain"
+
+
+def test_rounds_record_the_cap_and_why_with_recording_off(tiny):
+    options = DecodeOptions(method="speculative", drafter="prompt-lookup", rule="static", controller="cost",
+                            max_new_tokens=24, record=False)
+    trace = generate(options, PROMPTS[2] * 3, target=tiny)
+    decisions = [r.rule["controller"] for r in trace.rounds]
+    assert all({"cap", "best", "probe", "why", "alpha", "c"} <= set(d) for d in decisions)
+    assert all("gain" not in d for d in decisions)  # the curves stay with recording on
+    summary = trace.totals["controller"]
+    assert summary["rounds"] == len(trace.rounds) and summary["cap_zero"] == sum(d["cap"] == 0 for d in decisions)
+    used = trace.totals["cost_curve"]
+    assert {"measured_at", "age_seconds", "load_per_core", "context_tokens", "remeasured", "machine"} <= set(used)
