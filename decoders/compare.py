@@ -17,8 +17,11 @@ How the first difference is judged (at output position i, the run chose a, the b
 4. The rounding this dtype makes at this very position is measured too (the noise): the largest |logit - z| over
    the exact row's 16 best tokens of one more forward in the run's dtype and kernels (a prefill of the prefix,
    a third summation order), and of the baseline's recorded logits (its one-token steps are a correct forward).
-   On SmolLM2 (66 positions of 5 prompts) a run's verification error was at most 2.0x this noise in bfloat16 and
-   1.5x in float32, hence TOLERANCE = 4x the noise (and at least a few units in the last place of the logits).
+   Calibration on SmolLM2 (greedy continuations of 5 prompts): a 5-token verification forward's error over the exact
+   row's 16 best tokens was at most 3.5x (median 1.0x) the larger of a prefill's and a one-token step's, over 122
+   positions in bfloat16, and 1.5x over 17 in float32; hence TOLERANCE = 6x the noise (headroom for wider trees
+   and batched forwards), and at least a few units in the last place of the logits. So a bfloat16 forward must be
+   off by about 1 logit (6 x ~0.15) before it is called a bug, a float32 one by about 3e-4.
 - rounding: both sides' errors are within the tolerance, i.e. each forward was as close to the exact logits as
   rounding lets a correct forward be here; the flip then only needs the exact margin to be within the errors they
   made, which is what happened.
@@ -36,7 +39,7 @@ import torch
 
 from .trace import Trace
 
-TOLERANCE = 4.0  # an error up to this many times the measured noise is rounding (see the docstring, point 4)
+TOLERANCE = 6.0  # an error up to this many times the measured noise is rounding (see the docstring, point 4)
 ULPS = 4  # the tolerance's floor: this many units in the last place of the largest exact logit, in the run's dtype
 EXPLAINED_STOPS = ("cancelled", "context")  # stop reasons that explain an output shorter than the other one
 
@@ -118,8 +121,6 @@ def classify(position: int, run_top: list, base_top: list, run_token: int, base_
     margin = exact[base_token] - exact[run_token]
     found.update(exact_margin=margin, run_error=run_error, baseline_error=base_error, noise=noise,
                  tolerance=tolerance)
-    numbers = (f"the exact float64 margin {_g(margin)} is within the errors the forwards made there: this run "
-               f"{_g(run_error)}, the baseline {_g(base_error)}")
     if run_error > tolerance:
         return Comparison(False, "mismatch", **found, reason=f"this run's logits for the two tokens are {_g(run_error)}"
                           f" off the exact ones, more than {dtype} rounding makes here (a correct forward: "
@@ -129,9 +130,10 @@ def classify(position: int, run_top: list, base_top: list, run_token: int, base_
                           f"{_g(base_error)} off the exact ones, more than {dtype} rounding makes here (a correct "
                           f"forward: {_g(noise)}; allowed {_g(tolerance)})")
     prefers = "the baseline's" if margin > 0 else "this run's" if margin < 0 else "neither"
-    return Comparison(False, "rounding", **found, reason=f"a near-tie: the target prefers {prefers} token by "
-                      f"{_g(abs(margin))} in exact arithmetic; {numbers}, each within {dtype} rounding here "
-                      f"(a correct forward: {_g(noise)})")
+    return Comparison(False, "rounding", **found, reason=f"a near-tie: in exact (float64) arithmetic the target "
+                      f"prefers {prefers} token by only {_g(abs(margin))}, and the two forwards were off by "
+                      f"{_g(run_error)} (this run) and {_g(base_error)} (the baseline), both within {dtype} rounding "
+                      f"here (a correct forward: {_g(noise)} off)")
 
 
 def _prefix(run: Trace, baseline: Trace, dtype: str) -> Comparison:

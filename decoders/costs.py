@@ -192,7 +192,8 @@ def for_run(lm, prompt_tokens: int, ns=QUICK_NS) -> tuple[CostCurve, dict]:
     key = _key_of(lm)
     context = run_context(prompt_tokens, max(ns), getattr(lm, "context_length", None))
     stored = _best(_read(), key, min_points=len(ns), context_tokens=context)
-    quiet_now = not is_busy(load_per_core(), 0)  # the run's threads are idle while it picks its curve
+    now = load_per_core()  # the run's threads are idle while it picks its curve
+    quiet_now = now is not None and not is_busy(now, 0)  # an unknown load: no reason to measure again
     if stored is None:
         why = "none stored for this context" if _best(_read(), key, min_points=len(ns)) else "none stored"
     elif stored.busy() and quiet_now:
