@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .api import generate
 from . import registry
-from .options import BEAM_METHODS, CONTROLLERS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
+from .options import BEAM_METHODS, CONTROLLERS, DRAFT_QUANTS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
 
@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--drafter", default=defaults.drafter, choices=list(registry.DRAFTERS),
                      help="; ".join(f"{name}: {spec.help}" for name, spec in registry.DRAFTERS.items()))
     run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
+    run.add_argument("--draft-quant", default=defaults.draft_quant, choices=DRAFT_QUANTS,
+                     help="the draft model's linears: int8 where this CPU measured it faster (auto), always, or never")
     run.add_argument("--rule", default=defaults.rule, choices=list(registry.RULES), help="draft-length rule")
     run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
     run.add_argument("--max-draft", type=int, default=defaults.max_draft, help="cap for adaptive rules")
@@ -90,7 +92,7 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
                 if args.tree_paths else None)
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
-                         controller=args.controller,
+                         controller=args.controller, draft_quant=args.draft_quant,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
                          dtype=args.dtype, device=args.device, chat=not args.no_chat, width=args.width,
@@ -181,6 +183,8 @@ def run_batch(options, prompts: list[str], args: argparse.Namespace) -> int:
             verdict = None if same else compare(trace, alone, _target(options).model)
             print("same as this row decoded alone" if same else
                   f"against this row decoded alone: {verdict.line()}" if verdict.kind == "rounding" else
+                  "differs from this row decoded alone: mismatch (with its own seed a sampled row must draw exactly "
+                  "what it draws alone)" if verdict.kind == "sampled" else
                   f"differs from this row decoded alone: {verdict.line()}")
             mismatch |= not same and verdict.kind != "rounding"
     print(batch_line(batch))

@@ -376,3 +376,21 @@ def test_an_int8_draft_samples_each_row_as_it_would_alone(tiny, drafts, name):
     batch, singles = run_both(options, prompts_for(8), tiny, draft, SEEDS[:8])
     assert check_rows(batch, singles) == []
     assert sum(rnd.n_drafted for row in batch for rnd in row.rounds) > 0
+
+
+def test_cli_check_rows_passes_on_a_sampled_batch_with_an_int8_draft(tiny, drafts, monkeypatch, capsys):
+    """The review's failing scenario, on tiny models: `--drafter draft-model --draft-quant int8 --temperature 0.8
+    --prompt A --prompt B --seeds 1,2 --check-rows` printed "mismatch" and exited 1 (per-call activation scales)."""
+    from decoders import api
+    from decoders.__main__ import main
+    from test_quantize import int8_copy
+
+    int8 = int8_copy(drafts["noisy"])
+    monkeypatch.setattr(api, "_load", lambda name, options, quant=None: int8 if quant else tiny)
+    monkeypatch.setattr(api, "check_draft_before_loading", lambda options, target=None: None)  # no tokenizers here
+    code = main(["run", "--model", "qwen2.5-coder-1.5b", "--prompt", "abcabc abc", "--prompt", "hello there, hello", "--prompt", "xyz", "--method",
+                 "speculative", "--drafter", "draft-model", "--draft-quant", "int8", "--temperature", "0.8",
+                 "--seeds", "1,2,3", "--max-new-tokens", "16", "--check-rows", "--no-chat"])
+    text, err = capsys.readouterr()
+    assert code == 0, text + err
+    assert text.count("same as this row decoded alone") == 3
