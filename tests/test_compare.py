@@ -223,3 +223,25 @@ def test_smollm2_bfloat16_flips_read_rounding_with_their_numbers():
         assert check["kind"] in ("same", "rounding"), check
         if check["kind"] == "rounding":
             assert max(check["run_error"], check["baseline_error"]) <= check["tolerance"]
+
+
+def test_the_race_stores_the_verdict_where_the_model_is_and_the_table_renders_it(tiny, drafts, monkeypatch):
+    """The Race's run code (app/tabs/race/runs.py) holds the target, so it re-scores there and stores the verdict in
+    the trace; the table's cell only reads it (compare is never called from the figure)."""
+    from dataclasses import replace
+
+    from app.figures import race as figure
+    from app.tabs.race import runs
+    from decoders import Trace
+
+    target, draft = in_bfloat16(tiny), in_bfloat16(drafts["noisy"])
+    monkeypatch.setattr(runs, "load_models", lambda options: (target, draft))
+    base = DecodeOptions(max_new_tokens=60, record=False)
+    raced = [base.to_dict(), replace(base, method="speculative", gamma=4).to_dict()]
+    baseline, run = (Trace.from_dict(data) for data in runs._timed_runs(raced, "defghijkl"))  # ids 36..44: diverges
+    check = run.baseline_check
+    assert baseline.baseline_check is None and check["kind"] == "rounding", check
+    monkeypatch.setattr("decoders.compare.compare", lambda *a, **k: pytest.fail("the figure re-computed the verdict"))
+    text, hover, css = figure.same_cell(figure.race_row(run, baseline))
+    assert text.startswith(f"no: rounding at token {check['position'] + 1}") and css == "sl-rounding"
+    assert f"{check['exact_margin']:.3g}" in hover and f"{check['run_error']:.3g}" in hover
