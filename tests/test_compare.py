@@ -245,3 +245,45 @@ def test_the_race_stores_the_verdict_where_the_model_is_and_the_table_renders_it
     text, hover, css = figure.same_cell(figure.race_row(run, baseline))
     assert text.startswith(f"no: rounding at token {check['position'] + 1}") and css == "sl-rounding"
     assert f"{check['exact_margin']:.3g}" in hover and f"{check['run_error']:.3g}" in hover
+
+
+@pytest.mark.parametrize("form", ["packed", "bfloat16", "int8"])
+def test_the_exact_rescore_is_a_float64_forward_of_the_same_weights(form):
+    """decoders/rescore.py runs one layer at a time in float64 without touching the model: it must equal the whole
+    model cast to float64 (packed weights read back dense, int8 ones dequantized), and leave the model as it was."""
+    from decoders import kernels
+    from decoders.rescore import exact_logits, rescore
+    from tiny import tiny_qwen2
+
+    lm = tiny_qwen2(seed=3, layers=3)
+    reference = copy.deepcopy(lm.model)
+    if form == "packed":
+        kernels.pack(lm.model)
+    elif form == "bfloat16":
+        lm.model = lm.model.to(torch.bfloat16)
+        reference = copy.deepcopy(lm.model)  # the bf16-rounded weights are the model now
+    else:
+        kernels.quantize_int8(lm.model)
+        reference = _dequantized(copy.deepcopy(reference), lm.model)
+    prefix = [3, 9, 4, 1, 7, 22, 5, 5]
+    before = lm.model(torch.tensor([prefix])).logits[0, -1].detach()
+    exact = exact_logits(lm.model, prefix)
+    with torch.no_grad():
+        expected = reference.double()(torch.tensor([prefix])).logits[0, -1]
+    assert exact.dtype == torch.float64 and torch.allclose(exact, expected, atol=1e-10, rtol=0)
+    assert torch.equal(lm.model(torch.tensor([prefix])).logits[0, -1].detach(), before)  # the model is untouched
+    scored = rescore(lm.model, prefix, [0, 1])
+    assert {0, 1} <= set(scored.exact) and scored.noise >= 0 and scored.dtype == str(
+        next(lm.model.parameters()).dtype).removeprefix("torch.")
+
+
+def _dequantized(reference, quantized):
+    """The float model with each linear's weight replaced by the int8 one it was quantized to."""
+    from decoders import kernels
+
+    int8 = {name: kernels.int8_weight(m) for name, m in quantized.named_modules() if kernels.is_int8(m)}
+    with torch.no_grad():
+        for name, module in reference.named_modules():
+            if name in int8:
+                module.weight.copy_(int8[name])
+    return reference
