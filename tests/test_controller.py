@@ -333,3 +333,52 @@ def test_rounds_record_the_cap_and_why_with_recording_off(tiny):
     assert summary["rounds"] == len(trace.rounds) and summary["cap_zero"] == sum(d["cap"] == 0 for d in decisions)
     used = trace.totals["cost_curve"]
     assert {"measured_at", "age_seconds", "load_per_core", "context_tokens", "remeasured", "machine"} <= set(used)
+
+
+def test_early_exit_is_priced_from_its_block_s_exit_layer():
+    """The shipped SmolLM2 block exits at k = 2 of 30 layers: a draft step costs (k + 1)/L = 0.1 of a target step (the
+    prior said k = 4: 0.167), and verification runs layers k+1..L only, (L − k)/L of a forward."""
+    from types import SimpleNamespace
+
+    from decoders import registry
+    from tiny import tiny_llama
+
+    thirty = tiny_llama(layers=30)  # only its layer count matters here
+    ctx = registry.BuildContext(DecodeOptions(model="smollm2-135m", method="speculative", drafter="early-exit"),
+                                SimpleNamespace(model=thirty.model), thirty, None)
+    spec = registry.drafter("early-exit")
+    assert spec.cost_prior(ctx) == pytest.approx(3 / 30) and spec.verify_share(ctx) == pytest.approx(28 / 30)
+    assert registry.drafter("prompt-lookup").verify_share(ctx) == 1.0
+    rule = CostAwareRule(StaticRule(4), t=lambda n: 1 + 0.1 * (n - 1), c=0.1, verify_share=0.5)
+    assert rule.cost_t(1) == 1.0 and rule.cost_t(5) == pytest.approx(1.2)  # half of the growth 0.4
+    rule.observe_time(draft_seconds=0.01, draft_forwards=1, verify_seconds=0.05, n_verified=1)
+    assert rule.c == pytest.approx(0.7 * 0.1 + 0.3 * 0.1)  # the step: 0.05 s / (0.5 · t(1)) = 0.1 s
+
+
+def test_the_draft_cost_is_timed_on_drafting_alone(tiny, drafts, monkeypatch):
+    """The controller's c divides the round's draft seconds by its draft forwards. The previous round's recording
+    (and this round's limit()) used to land in that lap: recording made c look larger, so the app (recording on)
+    drafted shorter than bench (recording off). Here recording a round takes 300 ms; the draft laps must not see it."""
+    import time
+
+    from decoders import registry
+    from decoders.recorder import TraceBuilder
+
+    honest = TraceBuilder.add_round
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.3)
+        return honest(self, *args, **kwargs)
+
+    seen = []
+
+    class Spy(StaticRule):
+        def observe_time(self, draft_seconds, draft_forwards, verify_seconds, n_verified):
+            seen.append(draft_seconds)
+
+    monkeypatch.setattr(TraceBuilder, "add_round", slow)
+    monkeypatch.setattr(registry, "build_rule", lambda options, costs=None: Spy(2))
+    trace = generate(DecodeOptions(method="speculative", max_new_tokens=12), PROMPTS[1], target=tiny,
+                     draft=drafts["noisy"])
+    assert len(seen) >= 3 and max(seen) < 0.3, seen
+    assert all(r.seconds["bookkeeping"] >= 0.3 for r in trace.rounds[1:])  # it is counted, as bookkeeping
