@@ -74,14 +74,14 @@ def run_ours(options: DecodeOptions, prompts: list[dict], models: dict, alone: d
         if key not in alone:  # a prompt decoded alone is the same at every B: decode it once
             alone[key] = _alone(options, p["ids"], models)
         reference = alone[key]
-        kinds.append(compare(row, reference).kind)
+        kinds.append(compare(row, reference, models["target"].model).kind)  # a difference is re-scored on it
     t = batch.totals
     return {"tokens": t["tokens"], "decode_seconds": t["decode_seconds"], "prefill_seconds": t["prefill_seconds"],
             "tokens_per_second": t["tokens_per_second"],
             "e2e_tokens_per_second": t["tokens"] / (t["decode_seconds"] + t["prefill_seconds"]),
             "realign_seconds": t["realign_seconds"], "realign_share": t["realign_share"], "rounds": t["rounds"],
             "tau": [x for x in t["tau"]], "padding_added": t["padding_added"],
-            "equivalence": {k: kinds.count(k) for k in ("same", "rounding", "mismatch", "prefix")},
+            "equivalence": {k: kinds.count(k) for k in ("same", "rounding", "mismatch", "prefix", "unclassified")},
             "row_kinds": kinds}
 
 

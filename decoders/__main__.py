@@ -15,7 +15,7 @@ from pathlib import Path
 from .api import generate
 from . import registry
 from .buffers import KV_CACHES
-from .options import BEAM_METHODS, CONTROLLERS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
+from .options import BEAM_METHODS, CONTROLLERS, DRAFT_QUANTS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
 
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--drafter", default=defaults.drafter, choices=list(registry.DRAFTERS),
                      help="; ".join(f"{name}: {spec.help}" for name, spec in registry.DRAFTERS.items()))
     run.add_argument("--draft-model", default=None, help="draft model (default: the registry's pairing)")
+    run.add_argument("--draft-quant", default=defaults.draft_quant, choices=DRAFT_QUANTS,
+                     help="the draft model's linears: int8 where this CPU measured it faster (auto), always, or never")
     run.add_argument("--rule", default=defaults.rule, choices=list(registry.RULES), help="draft-length rule")
     run.add_argument("--gamma", type=int, default=defaults.gamma, help="static γ / heuristic start / lookup length")
     run.add_argument("--max-draft", type=int, default=defaults.max_draft, help="cap for adaptive rules")
@@ -94,7 +96,7 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
                 if args.tree_paths else None)
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
-                         controller=args.controller,
+                         controller=args.controller, draft_quant=args.draft_quant,
                          ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
                          dtype=args.dtype, device=args.device, kv_cache=args.kv_cache,
@@ -182,17 +184,26 @@ def run_batch(options, prompts: list[str], args: argparse.Namespace) -> int:
         print(summary_line(trace))
         if args.check_rows:
             alone = generate(replace(options, seed=seeds[r] if seeds else options.seed), prompts[r])
-            verdict = compare(trace, alone)
             same = trace.output_ids == alone.output_ids
+            verdict = None if same else compare(trace, alone, _target(options).model)
             print("same as this row decoded alone" if same else
                   f"against this row decoded alone: {verdict.line()}" if verdict.kind == "rounding" else
-                  "differs from this row decoded alone: mismatch")
+                  "differs from this row decoded alone: mismatch (with its own seed a sampled row must draw exactly "
+                  "what it draws alone)" if verdict.kind == "sampled" else
+                  f"differs from this row decoded alone: {verdict.line()}")
             mismatch |= not same and verdict.kind != "rounding"
     print(batch_line(batch))
     if args.trace:
         args.trace.write_text(batch.to_json(indent=1), encoding="utf-8")
         print(f"batch trace written to {args.trace}")
     return 1 if mismatch else 0
+
+
+def _target(options):
+    """The run's target (a cache hit: the batch and the row alone have just loaded it) for compare's re-score."""
+    from . import api
+
+    return api._load(options.model, options)
 
 
 def batch_line(batch) -> str:

@@ -71,8 +71,11 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
         context = BuildContext(options, runner, target, draft)
         drafter = registry.build_drafter(context)
         drafter.use_kv(plan)
-        rule = registry.build_rule(options, registry.run_costs(context))
+        costs = registry.run_costs(context, len(prompt_ids))
+        rule = registry.build_rule(options, costs)
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
+        if costs is not None:
+            builder.extra_totals["cost_curve"] = costs.used  # which t(n) the controller weighed, and why
         generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
         warp = Warp(options.temperature, options.top_k, options.top_p)
         yield from run_rounds(runner, drafter, rule, warp, prompt_ids, options.max_new_tokens,
@@ -97,7 +100,8 @@ def _widest_verification(options: DecodeOptions) -> int:
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
              draft: LanguageModel | None = None, compare_baseline: bool = False) -> Trace:
     """Blocking call: drain `stream` and return the finished trace. compare_baseline=True also decodes the baseline
-    on the same prompt, model and dtype and puts decoders/compare.py's verdict in trace.baseline_check."""
+    on the same prompt, model and dtype and puts decoders/compare.py's verdict in trace.baseline_check (where the
+    outputs differ, the first differing position is re-scored in float64 on the target)."""
     if compare_baseline and registry.method(options.validate().method).family == Family.BEAM:
         raise OptionsError(f"{options.method} searches for another output than greedy decoding by design, so it has "
                            "no token-for-token baseline check; compare_baseline applies to chain and tree methods")
@@ -108,7 +112,9 @@ def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageMo
         raise RuntimeError("the decoder produced no round")
     if compare_baseline:
         baseline = generate(replace(options, method="baseline", record=False), prompt, target)
-        trace.baseline_check = compare(trace, baseline).to_dict()
+        lm = target or _load(options.model, options)  # loaded by the runs above: a cache hit
+        with _hold(lm):  # re-scoring a differing position runs the target once more (decoders/rescore.py)
+            trace.baseline_check = compare(trace, baseline, lm.model).to_dict()
     return trace
 
 

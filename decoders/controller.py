@@ -26,16 +26,33 @@ machine (a costlier verification: shorter caps):
   stopped by its rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric
   acceptance run.
 - c: seconds per draft forward over seconds per target step, where a target step = verification seconds / t(n) of
-  that round's n; an exponential moving average of the rounds' own timings (the loop reports them).
+  that round's n; an exponential moving average of the rounds' own timings (the loop reports them; its draft lap
+  times drafting alone, not the previous round's recording or this round's limit()).
+- early exit verifies over layers k+1..L only: its verification of n tokens costs 1 + s·(t(n) − 1) target steps,
+  s = (L − k)/L (`verify_share`; the root's stem, k layers, runs in the draft phase), and a round's own target
+  step is read from its verification seconds / (s·t(n)).
 - a_doubt (and a_sure): the same decayed counts per drafted position, split by the inner rule's verdict on it: a
   position counts once tested (accepted, or the first rejected one). Position 1 is always drafted, so doubtful
   positions are tested even while every stop is kept.
-When the best cap is 0 (the baseline wins), the controller still drafts one token every `probe_every` rounds: a
-run that never drafts would never learn that α or c had changed. Every round's decision, its inputs and the whole
-gain curve go into the trace (RoundRecord.rule["controller"]).
+When the best cap is 0 (the baseline wins), the controller still drafts one token now and then (a probe): a run that
+never drafts would never learn that α or c had changed. A probe costs c + t(2) − t(1) target steps, so probes come
+every `probe interval` rounds without a tested draft, where the interval spends at most PROBE_SHARE of those rounds'
+time on probing (at most `probe_every` rounds). Why: in 4 of 4 float32 Races the copy task's prompt lookup drafted
+15 tokens of chat-template text in round 1, all rejected; α fell below t(2) − 1 of a curve cached on a busy
+machine, the cap went to 0, and with a fixed probe every 8 rounds, that reset even when a probe found no n-gram to
+draft, the run kept cap 0 in 14 of 18 rounds on text it then copied (τ 1.11). Prompt lookup's probe costs only
+t(2) − t(1), so it now probes about every round until a tested draft lifts α again.
+Every round's decision (cap, best, probe, why, α, c) goes into the trace (RoundRecord.rule["controller"], kept with
+recording off; the whole gain curve with recording on).
+
+Reproducibility: the caps follow the run's own wall-clock timings (c, and a cost curve measured on this machine), so
+two runs with the same seed at temperature > 0 can draft different lengths, consume their random draws in another
+order and sample different (equally valid) outputs; greedy output does not depend on the caps. For a reproducible
+sampled run, use a fixed rule (static γ, AdaEDL with a fixed L_max) instead of controller "cost".
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,6 +62,7 @@ from .rules import DraftRule
 from .stats import expected_tokens
 
 MAX_CAP = 32  # longest chain the controller considers (the verification curve is measured up to 64)
+PROBE_SHARE = 0.1  # at most this share of the undrafted rounds' time goes to probing (see the module docstring)
 # A controlled tree's bounds: it grows up to D steps of K children and sends up to M nodes, less wherever the frontier
 # or the verification cost says more would not pay (the Race's and bench's cost-aware tree presets use these). D 16:
 # at D 8 every round on the Qwen pair's code prompts accepted all 8 levels (the bound, not the controller, stopped
@@ -128,10 +146,11 @@ class CostAwareRule(DraftRule):
     c: float  # prior for the draft step cost, before the run has timed its own
     max_cap: int = MAX_CAP
     estimate: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    verify_share: float = 1.0  # of a full target forward, what the drafter's verification runs (early exit: (L−k)/L)
     c_decay: float = 0.7
-    probe_every: int = 8
+    probe_every: int = 8  # the longest interval between probes
     last: dict = field(default_factory=dict)  # the latest decision, for the trace
-    rounds_without_draft: int = 0
+    rounds_without_draft: int = 0  # rounds since a drafted token was last tested (a cap with no match teaches nothing)
     doubtful: PositionRate = field(default_factory=PositionRate)  # positions the inner rule would have stopped at
     sure: PositionRate = field(default_factory=lambda: PositionRate(prior=0.8))  # the others
     verdicts: list[bool] = field(default_factory=list)  # this round's drafted positions: doubtful?
@@ -145,15 +164,27 @@ class CostAwareRule(DraftRule):
     def needs_distribution(self) -> bool:
         return self.inner.needs_distribution
 
+    def cost_t(self, n: int) -> float:
+        """Target steps to verify n tokens: t(n), or for a drafter that verifies part of the forward (early exit)
+        one step plus its share of the growth (its k stem layers ran for the root in the draft phase)."""
+        return 1.0 + self.verify_share * (self.t(n) - 1.0)
+
+    def probe_interval(self) -> int:
+        """Rounds without a tested draft before a probe: a probe's cost in target steps over PROBE_SHARE."""
+        cost = self.c + self.cost_t(2) - self.cost_t(1)
+        return max(1, min(self.probe_every, math.ceil(cost / PROBE_SHARE - 1e-9)))
+
     def limit(self) -> int:
-        curve = gain_curve(self.estimate.alpha, self.c, self.t, self.max_cap)
+        curve = gain_curve(self.estimate.alpha, self.c, self.cost_t, self.max_cap)
         best = max(range(len(curve)), key=lambda length: (curve[length], -length))  # ties: the shorter cap
-        probe = best == 0 and self.rounds_without_draft + 1 >= self.probe_every
+        interval = self.probe_interval()
+        probe = best == 0 and self.rounds_without_draft + 1 >= interval
         cap = 1 if probe else best
-        self.rounds_without_draft = 0 if cap else self.rounds_without_draft + 1
+        why = "gain" if best else "probe" if probe else "nothing pays"
         self.verdicts, self.overruled = [], 0
-        self.last = {"cap": cap, "best": best, "probe": probe, "alpha": self.estimate.alpha, "c": self.c,
-                     "gain": curve, "t": [self.t(n) for n in range(1, self.max_cap + 2)],
+        self.last = {"cap": cap, "best": best, "probe": probe, "why": why, "alpha": self.estimate.alpha, "c": self.c,
+                     "rounds_without_draft": self.rounds_without_draft, "probe_interval": interval,
+                     "gain": curve, "t": [self.cost_t(n) for n in range(1, self.max_cap + 2)],
                      "a_doubt": self.doubtful.rate, "a_sure": self.sure.rate}
         schedule = getattr(self.inner, "schedule", None)
         if schedule is not None:  # AdaEDL's λ keeps still when a round fills its cap: this round's cap is L_max
@@ -183,15 +214,16 @@ class CostAwareRule(DraftRule):
         for doubtful in self.verdicts:
             reach *= (self.doubtful if doubtful else self.sure).rate
         token = reach * self.doubtful.rate
-        worth, steps = token, self.t(position + 1) - self.t(position)
+        worth, steps = token, self.cost_t(position + 1) - self.cost_t(position)
         if position < self.last.get("cap", position):
             worth += token * self.estimate.alpha
-            steps += self.c + self.t(position + 2) - self.t(position + 1)
+            steps += self.c + self.cost_t(position + 2) - self.cost_t(position + 1)
         rate = self.last["gain"][self.last["cap"]] if self.last else 1.0
         return worth, rate * steps
 
     def update(self, n_accepted: int, n_drafted: int) -> dict:
         self.estimate.update(n_accepted, n_drafted)
+        self.rounds_without_draft = 0 if n_drafted else self.rounds_without_draft + 1
         if n_drafted > 0:
             for rate in (self.doubtful, self.sure):
                 rate.decay_round()
@@ -201,10 +233,11 @@ class CostAwareRule(DraftRule):
         return {**inner, "controller": {**self.last, "overruled": self.overruled}}
 
     def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
-        """The round's own timings: a draft forward's seconds over a target step's (verify seconds / t(n))."""
+        """The round's own timings: a draft forward's seconds over a target step's (verify seconds / its share of
+        t(n))."""
         if draft_forwards <= 0 or verify_seconds <= 0:
             return
-        step = verify_seconds / self.t(n_verified)
+        step = verify_seconds / (self.verify_share * self.t(n_verified))
         measured = (draft_seconds / draft_forwards) / step
         self.c = self.c_decay * self.c + (1 - self.c_decay) * measured
 

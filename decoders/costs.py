@@ -10,6 +10,14 @@ controller that trusted it would draft into it.
 Measured once and cached in cache_dir()/costs.json under the machine's fingerprint (CPU model and flags, PyTorch
 version, thread count), the model, the dtype and the kernels; `measure(..., refresh=True)` times it again. The draft
 controller (decoders/controller.py), the Race's t(n) panel and bench read it.
+
+Each curve records what it was measured under: the load average per core (its 1-minute average when the timing
+ended) and the context length. A controlled run (`for_run`) measures again when the stored curve was taken on a busy
+machine and this one is quiet now, or at a context more than CONTEXT_SPAN times shorter or longer than the run's
+prompt, and says in its trace which curve it weighed (trace.totals["cost_curve"]). Busy: more than BUSY_EXTRA
+runnable tasks per core beyond the measuring process's own threads (on the 2-core CPU, a curve measured beside a
+test suite read t(2)/t(1) = 1.5 where a quiet one reads ~1.1: with it, the controller drafts nothing once α falls
+below one half).
 """
 from __future__ import annotations
 
@@ -33,6 +41,8 @@ DEFAULT_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 QUICK_NS = (1, 2, 4, 8, 16, 32)  # what a run measures before its first round when nothing is cached (seconds)
 DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 96  # tokens already in the cache when a forward is timed (a short prompt plus some output)
+CONTEXT_SPAN = 4  # a curve serves runs whose prompt is within this factor of the context it was measured at
+BUSY_EXTRA = 0.5  # runnable tasks per core, beyond the measuring threads' own share, that make a measurement "busy"
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,12 @@ class CostCurve:
     repeats: int = DEFAULT_REPEATS
     context_tokens: int = DEFAULT_CONTEXT
     measured_at: str = ""
+    load_per_core: float | None = None  # the 1-minute load average per core when the timing ended (None: unknown)
+    threads: int | None = None  # PyTorch threads the timing ran on (its own share of that load)
+
+    def busy(self) -> bool:
+        """Measured while other work competed for the cores (unknown load: treated as busy, i.e. worth redoing)."""
+        return self.load_per_core is None or is_busy(self.load_per_core, self.threads or 1)
 
     def t(self, n: int, tree: bool = False) -> float:
         """t(n)/t(1), linear between measured n and along the last segment beyond the largest."""
@@ -158,31 +174,98 @@ def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_
     return medians | {"spread": {n: (min(v), max(v)) for n, v in samples["chain"].items()}}
 
 
-def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS) -> CostCurve:
+def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
+            context_tokens: int = DEFAULT_CONTEXT) -> CostCurve:
     """The cost curve of a loaded model (decoders.models.LoadedModel or any object with .name and .model); read
-    from the cache unless refresh or never measured for this (machine, model, dtype, kernels)."""
-    from . import kernels
-
-    model = lm.model
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    kernel_kind = kernels.kernels_of(model)
-    device = next(model.parameters()).device
-    key = cache_key(lm.name, dtype, kernel_kind, device)
+    from the cache unless refresh or never measured for this (machine, model, dtype, kernels) at about this context."""
+    key = _key_of(lm)
     if not refresh:
-        known = _best(_read(), key, min_points=len(ns))
+        known = _best(_read(), key, min_points=len(ns), context_tokens=context_tokens)
         if known is not None:
             return known
-    timings = time_forwards(model, ns, repeats)
+    return _time_and_store(lm, key, ns, repeats, context_tokens)
+
+
+def for_run(lm, prompt_tokens: int, ns=QUICK_NS) -> tuple[CostCurve, dict]:
+    """The curve a controlled run weighs, measured again when the stored one was taken on a busy machine and this
+    one is quiet now, or at a very different context; and what the trace says about it (totals["cost_curve"])."""
+    key = _key_of(lm)
+    context = run_context(prompt_tokens, max(ns), getattr(lm, "context_length", None))
+    stored = _best(_read(), key, min_points=len(ns), context_tokens=context)
+    now = load_per_core()  # the run's threads are idle while it picks its curve
+    quiet_now = now is not None and not is_busy(now, 0)  # an unknown load: no reason to measure again
+    if stored is None:
+        why = "none stored for this context" if _best(_read(), key, min_points=len(ns)) else "none stored"
+    elif stored.busy() and quiet_now:
+        why = "the stored one was measured on a busy machine"
+    else:
+        return stored, describe_use(stored, remeasured=False, why="stored")
+    curve = _time_and_store(lm, key, ns, DEFAULT_REPEATS, context)
+    return curve, describe_use(curve, remeasured=True, why=why)
+
+
+def describe_use(curve: CostCurve, remeasured: bool, why: str) -> dict:
+    """trace.totals["cost_curve"]: which curve a run weighed (keys the app's Race sentences read; keep the names)."""
+    return {"measured_at": curve.measured_at, "age_seconds": _age_seconds(curve.measured_at),
+            "load_per_core": curve.load_per_core, "context_tokens": curve.context_tokens, "remeasured": remeasured,
+            "machine": curve.machine, "busy": curve.busy(), "why": why, "t": {str(n): v for n, v in curve.chain.items()}}
+
+
+def run_context(prompt_tokens: int, longest: int, model_context: int | None = None) -> int:
+    """The context a run's curve is measured at: DEFAULT_CONTEXT for prompts up to CONTEXT_SPAN times it, else the
+    prompt length rounded up to a power of two (so nearby prompt lengths share one curve)."""
+    if prompt_tokens <= DEFAULT_CONTEXT * CONTEXT_SPAN:
+        return DEFAULT_CONTEXT
+    context = 1 << (prompt_tokens - 1).bit_length()
+    if model_context:
+        context = min(context, model_context - longest)
+    return max(context, DEFAULT_CONTEXT)
+
+
+def is_busy(load: float, threads: int) -> bool:
+    """More than BUSY_EXTRA runnable tasks per core beyond `threads` of our own (the 1-minute load average)."""
+    return load - threads / (os.cpu_count() or 1) > BUSY_EXTRA
+
+
+def load_per_core() -> float | None:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform
+        return None
+
+
+def _time_and_store(lm, key: str, ns, repeats: int, context_tokens: int) -> CostCurve:
+    model = lm.model
+    device = next(model.parameters()).device
+    timings = time_forwards(model, ns, repeats, context_tokens=context_tokens)
     chain, tree_seconds = timings["chain"], timings["tree"]  # tree[n]: a root and n - 1 drafts that branch
+    _, _, dtype, kernel_kind = key.split("|")
     curve = CostCurve(model=lm.name, dtype=dtype, kernels=kernel_kind, machine=machine_description(device),
                       ns=tuple(ns), step_seconds=chain[1], draft_step_seconds=timings["step"][1],
                       chain=smooth(chain), tree=smooth(tree_seconds),
                       raw_chain={n: s / chain[1] for n, s in chain.items()},
                       raw_tree={n: s / chain[1] for n, s in tree_seconds.items()},
-                      spread=timings["spread"], repeats=repeats,
-                      measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    _write(f"{key}|{len(ns)}x{repeats}", curve.to_dict())
+                      spread=timings["spread"], repeats=repeats, context_tokens=context_tokens,
+                      measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      load_per_core=load_per_core(), threads=torch.get_num_threads())
+    _write(f"{key}|{len(ns)}x{repeats}|{context_tokens}", curve.to_dict())
     return curve
+
+
+def _key_of(lm) -> str:
+    from . import kernels
+
+    model = lm.model
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return cache_key(lm.name, dtype, kernels.kernels_of(model), next(model.parameters()).device)
+
+
+def _age_seconds(measured_at: str) -> float | None:
+    try:
+        then = datetime.datetime.fromisoformat(measured_at)
+    except ValueError:
+        return None
+    return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
 
 
 def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: str = "cpu") -> CostCurve | None:
@@ -198,11 +281,18 @@ def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: 
     return None
 
 
-def _best(stored: dict, key: str, min_points: int = 1) -> CostCurve | None:
-    """The most detailed curve stored under this (machine, model, dtype, kernels), if it has enough points."""
+def _best(stored: dict, key: str, min_points: int = 1, context_tokens: int | None = None) -> CostCurve | None:
+    """The most detailed curve stored under this (machine, model, dtype, kernels), if it has enough points (and was
+    measured within CONTEXT_SPAN of `context_tokens`): a quiet one first, then the most points, then the newest."""
     curves = [CostCurve.from_dict(data) for name, data in stored.items() if name.split("|")[:4] == key.split("|")]
-    curves = [curve for curve in curves if len(curve.ns) >= min_points]
-    return max(curves, key=lambda curve: (len(curve.ns), curve.repeats, curve.measured_at), default=None)
+    curves = [curve for curve in curves if len(curve.ns) >= min_points and (
+        context_tokens is None or _near(curve.context_tokens, context_tokens))]
+    return max(curves, key=lambda curve: (not curve.busy(), len(curve.ns), curve.repeats, curve.measured_at),
+               default=None)
+
+
+def _near(measured: int, wanted: int) -> bool:
+    return wanted <= measured * CONTEXT_SPAN and measured <= wanted * CONTEXT_SPAN
 
 
 def format_speedup(model_name: str, dtype: str) -> float | None:

@@ -68,11 +68,11 @@ class PackedLinear(nn.Module):
 def kernels_of(model: nn.Module) -> str:
     if any(isinstance(m, PackedLinear) for m in model.modules()):
         return PACKED
-    return INT8 if any(_is_int8(m) for m in model.modules()) else STOCK
+    return INT8 if any(is_int8(m) for m in model.modules()) else STOCK
 
 
 def quantize_int8(model: nn.Module) -> int:
-    """A draft's linears as int8 (per output channel) with activations quantized per call (fbgemm's VNNI kernels).
+    """A draft's linears as int8 (per output channel), each token's activations quantized on their own (Int8Linear).
 
     For drafts only: a draft's precision changes q, never the target's p, so verification stays exact while the
     draft step gets cheaper where the CPU has int8 dot products (decoders/quantize.py decides where it pays).
@@ -86,11 +86,73 @@ def quantize_int8(model: nn.Module) -> int:
     with warnings.catch_warnings():  # torch.ao's eager quantization announces its move to torchao: still supported
         warnings.simplefilter("ignore")
         quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+        _swap_int8(model)
     return before - sum(type(m) is nn.Linear for m in model.modules())
 
 
-def _is_int8(module: nn.Module) -> bool:
-    return type(module).__module__.startswith("torch.ao.nn.quantized")
+# Each token's activations, mapped onto [-1, 1], are quantized to 0..126 with this fixed scale and zero point: 7 bits,
+# as fbgemm's own dynamic linear uses on x86 (reduce_range: 8-bit activations can saturate AVX2's int16 products).
+UNIT_SCALE, UNIT_ZERO = 1 / 63, 63
+
+
+class Int8Linear(nn.Module):
+    """y = x Wᵀ + b with W int8 per output channel and x quantized per token, on fbgemm's int8 kernel.
+
+    Why per token: fbgemm's dynamic linear picks one activation range per call, over every row it is given, so in a
+    batch (decoders/batch) row r's q depended on the other rows and on the pad slots (the review measured 0.39 on
+    outputs of ~1 for one 16x16 linear), and a sampled batch row no longer drew what it draws alone. Here each token
+    x is first mapped affinely onto [-1, 1] by its own min and max, x = mid + half·x', then quantized with one fixed
+    scale (UNIT_SCALE), so no row's quantization reads another row; W x = half·(W x') + mid·(W 1), with W 1 the
+    dequantized weight's row sums. A token keeps the 7-bit resolution over its own [min, max] that a one-token call
+    had, and a row's output is bit-identical batched or alone (integer accumulation; tests/test_quantize.py). Cost:
+    the affine map in and out, a few elementwise passes per linear (timed in the report of issue 33)."""
+
+    def __init__(self, dynamic: nn.Module):
+        super().__init__()
+        from torch.ao.nn.quantized.modules.linear import LinearPackedParams
+
+        weight, bias = dynamic.weight(), dynamic.bias()  # qint8 (out, in) per channel; float (out,) or None
+        self.in_features, self.out_features = dynamic.in_features, dynamic.out_features
+        self.params = LinearPackedParams(dtype=torch.qint8)
+        self.params.set_weight_bias(weight, None)  # the bias is added after the affine map back
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.register_buffer("row_sums", weight.dequantize().sum(dim=1))  # (out,) = W 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low, high = torch.aminmax(x, dim=-1, keepdim=True)  # (..., 1) each
+        half = (high - low).mul_(0.5)  # (..., 1)
+        mid = (high + low).mul_(0.5)  # (..., 1)
+        unit = (x - mid).div_(half.clamp_min(torch.finfo(x.dtype).tiny))  # (..., in), each row spans [-1, 1]
+        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            unit, UNIT_SCALE, UNIT_ZERO, self.params._packed_params)  # (..., out) = W x'
+        y = y.mul_(half).addcmul_(mid, self.row_sums)  # half·W x' + mid·W 1
+        return y.add_(self.bias) if self.bias is not None else y
+
+    def int8_weight(self) -> torch.Tensor:
+        return self.params._weight_bias()[0]  # qint8 (out, in)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def is_int8(module: nn.Module) -> bool:
+    return isinstance(module, Int8Linear) or type(module).__module__.startswith("torch.ao.nn.quantized.dynamic")
+
+
+def int8_weight(module: nn.Module) -> torch.Tensor:
+    """An int8 linear's weight, dequantized: (out, in) float32, what the model computes with."""
+    weight = module.int8_weight() if isinstance(module, Int8Linear) else module.weight()
+    return weight.dequantize()
+
+
+def _swap_int8(model: nn.Module) -> int:
+    return _swap(model, _dynamic_linear_type(), Int8Linear)
+
+
+def _dynamic_linear_type() -> type:
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    return DynamicLinear
 
 
 def pack(model: nn.Module) -> int:

@@ -42,8 +42,9 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         while produced < max_new_tokens:
             # 1. propose: at most budget - 1 drafts, so accepted drafts + the target's token never overshoot
             limit = min(rule.limit() if rule else 0, max_new_tokens - produced - 1)
+            t_before = clock.lap()  # the previous round's recording and this limit(): bookkeeping, not drafting
             proposal = drafter.propose(ids, limit, rule, warp, generator, builder.record)
-            t_draft = clock.lap()
+            t_draft = clock.lap()  # drafting alone: what the controller's draft cost c is timed from
             # 2. score every node in one target forward; 3. verify (the one verification core)
             tree = proposal.tree
             # logits (N+1, V); features (N+1, H) from the same forward when the drafter wants them, else None
@@ -63,8 +64,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             if rule:
                 rule.observe_time(t_draft, proposal.forwards, t_verify, tree.size)
             rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
-            seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": clock.lap()}
-            # 6. record (its own time is counted in the next round's draft phase, or after the last round)
+            seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": t_before + clock.lap()}
+            # 6. record (its own time is counted in the next round's bookkeeping, or after the last round)
             builder.add_round(proposal, verdict, committed, readout, rule_after, rule.name if rule else None,
                               limit, seconds)
             builder.trace.decode_seconds = clock.total()

@@ -215,7 +215,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto",
                progress: Progress | None = None, quant: str | None = None) -> LoadedModel:
     """A registry name, a local model directory (or .gguf file), or a hub id; kept loaded while the budget allows.
 
-    quant="int8" (drafts only, CPU, float32): linears as int8 with per-call activation quantization
+    quant="int8" (drafts only, CPU, float32): linears as int8 with each token's activations quantized on their own
     (decoders/kernels.py quantize_int8), kept as its own resident copy next to the float32 one.
 
     Loading past the memory budget first unloads the least recently used models that no running decode holds

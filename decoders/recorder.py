@@ -54,6 +54,7 @@ class TraceBuilder:
         self.record = record
         self.detok = Detokenizer(decode)
         self.seconds = 0.0  # the recorder's own work (totals["record_seconds"]): what recording costs a run
+        self.extra_totals: dict = {}  # what the run's set-up adds to the totals (the controller's cost curve)
 
     def add_round(self, *args, **kwargs) -> RoundRecord:
         """Append one round (see _add_round), timing the recorder's own work."""
@@ -81,8 +82,10 @@ class TraceBuilder:
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
+        elif rule_name is not None:  # recording off: the round's cap and why, a few numbers (no checks, no curves)
+            rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, **_decision(rule_after)}
         self.trace.rounds.append(rnd)
-        self._add_tokens(committed, provenance, index, readout.top2_of(([0] + verdict.path)[:len(committed)]))
+        self._add_tokens(committed, provenance, index, readout.top_of(([0] + verdict.path)[:len(committed)]))
         return rnd
 
     def _search(self, search: dict | None) -> dict | None:
@@ -91,8 +94,8 @@ class TraceBuilder:
             return search
         return {**search, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
 
-    def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top2: list[list]) -> None:
-        for token, source, best in zip(committed, provenance, top2):
+    def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top: list[list]) -> None:
+        for token, source, best in zip(committed, provenance, top):
             self.trace.output_ids.append(token)
             text = self.detok.push(token) if self.record else ""
             self.trace.tokens.append(TokenRecord(token, text, source, index, best))
@@ -124,6 +127,14 @@ class TraceBuilder:
             self.trace.tokens[-1].text += tail
             self.trace.output_text += tail
         self.seconds += time.perf_counter() - start
-        self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds}
+        self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds, **self.extra_totals}
         return self.trace
+
+
+def _decision(rule_after: dict) -> dict:
+    """The controller's choice without its curves (the gain and t lists stay with recording on)."""
+    controller = rule_after.get("controller")
+    if not controller:
+        return {}
+    return {"controller": {k: v for k, v in controller.items() if not isinstance(v, list)}}
 

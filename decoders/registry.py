@@ -89,6 +89,7 @@ class DrafterSpec:
     uses_draft_model: Callable[[Options], bool] = lambda options: False
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
+    verify_share: Callable[[BuildContext], float] = lambda ctx: 1.0  # of a full target forward, its verification
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
 
@@ -170,13 +171,37 @@ def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
 
 
 def _self_cost(kind: str) -> Callable[[BuildContext], float]:
-    """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers."""
+    """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers,
+    read from the weights' config (the shipped SmolLM2 block exits at k = 2: 3/30, not the 5/30 once assumed)."""
     def prior(ctx: BuildContext) -> float:
         from .runner import decoder_layers
 
         total = len(decoder_layers(ctx.runner.model))
-        return (5 if kind == "early-exit" else 1) / total  # the shipped SmolLM2 shapes: k = 4 (+1), 1 prophet layer
+        if kind == "early-exit":
+            return (_exit_layer(ctx) + 1) / total
+        return _self_config(ctx, kind).get("n_layers", 1) / total
     return prior
+
+
+def _early_exit_share(ctx: BuildContext) -> float:
+    """Early exit's verification runs layers k+1..L only (the draft already ran 1..k): (L − k)/L of a full forward."""
+    from .runner import decoder_layers
+
+    total = len(decoder_layers(ctx.runner.model))
+    return (total - _exit_layer(ctx)) / total
+
+
+def _exit_layer(ctx: BuildContext) -> int:
+    return int(_self_config(ctx, "early-exit")["exit_layer"])
+
+
+def _self_config(ctx: BuildContext, kind: str) -> dict:
+    from .selfdraft import store
+
+    try:
+        return store.read_config(kind, ctx.options.self_weights, ctx.options.model)
+    except (OSError, ValueError) as err:  # missing weights: the drafter's own build says so first
+        raise OptionsError(f"{kind}: {err}") from None
 
 
 _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
@@ -193,7 +218,7 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
                 batched="layer-skip"),
     DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
                 help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
-                cost_prior=_self_cost("early-exit"), batched="early-exit"),
+                cost_prior=_self_cost("early-exit"), verify_share=_early_exit_share, batched="early-exit"),
     DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
                 help="a small trained decoder that drafts from the target's last hidden state",
                 cost_prior=_self_cost("prophet"), batched="prophet"),
@@ -266,16 +291,18 @@ def build_drafter(ctx: BuildContext) -> Drafter:
     return drafter(ctx.options.drafter).build(ctx)
 
 
-def run_costs(ctx: BuildContext) -> "RunCosts | None":
+def run_costs(ctx: BuildContext, prompt_tokens: int = 0) -> "RunCosts | None":
     """For controller "cost": the target's verification curve on this machine (measured once, then cached: a few
-    seconds for SmolLM2, about half a minute for Qwen 1.5B) and the drafter's prior c."""
+    seconds for SmolLM2, about half a minute for Qwen 1.5B; again when it was taken on a busy machine or at a very
+    different context, decoders/costs.py for_run), the drafter's prior c and its verification's share of a forward."""
     if ctx.options.controller != "cost" or ctx.options.method != "speculative":
         return None
     from . import costs
 
-    curve = costs.measure(ctx.target, ns=costs.QUICK_NS)
-    return RunCosts(t=lambda n: curve.t(n, tree=is_tree(ctx.options)), c=drafter(ctx.options.drafter).cost_prior(ctx),
-                    curve=curve)
+    curve, used = costs.for_run(ctx.target, prompt_tokens)
+    spec = drafter(ctx.options.drafter)
+    return RunCosts(t=lambda n: curve.t(n, tree=is_tree(ctx.options)), c=spec.cost_prior(ctx), curve=curve,
+                    verify_share=spec.verify_share(ctx), used=used)
 
 
 def build_rule(options: Options, costs: "RunCosts | None" = None) -> DraftRule | None:
@@ -292,7 +319,7 @@ def build_rule(options: Options, costs: "RunCosts | None" = None) -> DraftRule |
         steps = tree_shape(options).steps
         return TreeCostRule(costs.t, costs.c, steps) if controlled else StaticRule(steps)
     built = rule(options.rule).build(options)
-    return CostAwareRule(built, costs.t, costs.c) if controlled else built
+    return CostAwareRule(built, costs.t, costs.c, verify_share=costs.verify_share) if controlled else built
 
 
 @dataclass(frozen=True)
@@ -301,7 +328,9 @@ class RunCosts:
 
     t: Callable[[int], float]
     c: float
-    curve: object = None  # the decoders.costs.CostCurve behind t, for the trace
+    curve: object = None  # the decoders.costs.CostCurve behind t
+    verify_share: float = 1.0  # of a full target forward, what the drafter's verification runs (early exit < 1)
+    used: dict | None = None  # which curve and why (decoders/costs.py describe_use): trace.totals["cost_curve"]
 
 
 def label(options: Options) -> str:

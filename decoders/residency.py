@@ -50,10 +50,16 @@ def model_bytes(model: nn.Module) -> int:
 
 
 def _int8_bytes(model: nn.Module) -> int:
-    """int8 linears (decoders/kernels.py quantize_int8) keep their weights in packed params, not parameters."""
+    """int8 linears (decoders/kernels.py Int8Linear) keep their weights in packed params, not parameters (their bias
+    and row sums are parameters and buffers, counted above)."""
+    from .kernels import Int8Linear, is_int8
+
     total = 0
     for module in model.modules():
-        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
+        if isinstance(module, Int8Linear):
+            weight = module.int8_weight()
+            total += weight.numel() * weight.element_size()
+        elif is_int8(module):  # a torch.ao dynamic linear: weight and bias both packed
             weight, bias = module.weight(), module.bias()
             total += weight.numel() * weight.element_size() + (bias.numel() * bias.element_size() if bias is not None
                                                                 else 0)

@@ -34,7 +34,19 @@ def summarize(trace: Trace) -> dict:
         "decode_seconds": trace.decode_seconds,
         "prefill_seconds": trace.prefill_seconds,
         "seconds": seconds,
+        **controller_summary(trace),
     }
+
+
+def controller_summary(trace: Trace) -> dict:
+    """For a run under the draft controller (decoders/controller.py): how many of its rounds had cap 0, how many
+    were probes, the mean cap ({"controller": ...}; {} for other runs). The Race's sentences read it."""
+    decisions = [r.rule["controller"] for r in trace.rounds if r.rule and "cap" in (r.rule.get("controller") or {})]
+    if not decisions:
+        return {}
+    caps = [d["cap"] for d in decisions]
+    return {"controller": {"rounds": len(decisions), "cap_zero": caps.count(0),
+                           "probes": sum(1 for d in decisions if d.get("probe")), "mean_cap": sum(caps) / len(caps)}}
 
 
 def steady_rate(trace: Trace) -> float | None:

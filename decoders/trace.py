@@ -11,16 +11,19 @@ Trace
   precision       str        what the dtype means for losslessness
   prompt, prompt_ids         the text and the token ids the target saw (chat template applied if chat=True)
   output_ids, output_text    generated tokens only; output_text == "".join(t.text for t in tokens)
-  tokens          [TokenRecord]  per output token: id, text, provenance, round, top2 (the raw target logits' two
-                             best [id, logit] pairs in the row that decided this token; kept with recording off,
-                             absent in older traces): what decoders/compare.py reads to tell rounding from a bug
+  tokens          [TokenRecord]  per output token: id, text, provenance, round, top (the raw target logits' TOP_LOGITS
+                             best [id, logit] pairs in the row that decided this token, best first; kept with
+                             recording off; older traces hold two, as "top2", or none): what decoders/compare.py
+                             reads, beside a float64 re-score of the position, to tell rounding from a bug
   rounds          [RoundRecord]  one per target verification forward
   stop_reason     str        "eos" | "max_new_tokens" | "cancelled" | "context" | "" (still running)
   prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
   totals          dict       decoders/stats.py: summarize()
   baseline_check  dict | None  decoders/compare.py: this run against the baseline's on the same prompt, when asked
-                             for (API compare_baseline=True, CLI --compare-baseline, the Race): same, position,
-                             kind ("rounding" | "mismatch" | "sampled" | "prefix"), the tokens and gaps, a line
+                             for (API compare_baseline=True, CLI --compare-baseline, the Race): same, kind ("same" |
+                             "rounding" | "mismatch" | "sampled" | "prefix" | "unclassified"), position, the two
+                             tokens, the float64 margin between them, each side's logit error, the measured noise
+                             and the tolerance, and the reason (Comparison in decoders/compare.py)
   runtime         dict | None  how the run executed (absent in older traces): machine (CPU or GPU, PyTorch), device,
                              and per model ("target", "draft" when the drafter has a runner of its own): kv_cache
                              ("dynamic" | "static" | "fixed", decoders/buffers.py), capacity (buffer slots per
@@ -51,7 +54,11 @@ RoundRecord
         ("depth" | "ddd" | "cost" (the draft controller) | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
         draft probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
-With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
+  totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
+        measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
+        totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)
+With recording off, rounds keep their counters, committed ids and timings, and the rule's name, limit, stop reason
+and the controller's decision (cap, best, probe, why, α, c: no curves); nodes, texts and rule checks are empty.
 """
 from __future__ import annotations
 
@@ -59,6 +66,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 SCHEMA_VERSION = 1
+TOP_LOGITS = 8  # best [id, logit] pairs kept per output token (TokenRecord.top)
 PROVENANCE = ("accepted", "resampled", "bonus", "baseline")
 NODE_STATUS = ("root", "accepted", "rejected", "not_reached")
 
@@ -108,7 +116,7 @@ class TokenRecord:
     text: str
     provenance: str
     round: int
-    top2: list | None = None  # [[id, logit], [id, logit]]: the two best tokens of the target row that decided it
+    top: list | None = None  # [[id, logit], ...] best first: the TOP_LOGITS best tokens of the target row that decided it
 
 
 @dataclass
@@ -162,11 +170,18 @@ class Trace(JsonTrace):
         if version != SCHEMA_VERSION:
             raise TraceError(f"trace schema version {version!r} is not supported (this SpecLab reads {SCHEMA_VERSION})")
         body = _pick(cls, data, "trace")
-        body["tokens"] = [TokenRecord(**_pick(TokenRecord, t, "token")) for t in _list(data, "tokens")]
+        body["tokens"] = [_token_from_dict(t) for t in _list(data, "tokens")]
         body["rounds"] = [_round_from_dict(r) for r in _list(data, "rounds")]
         trace = cls(**body)
         _check_consistency(trace)
         return trace
+
+
+def _token_from_dict(data: dict) -> TokenRecord:
+    body = _pick(TokenRecord, data, "token")
+    if body.get("top") is None and data.get("top2") is not None:  # traces saved before TOP_LOGITS kept two, as top2
+        body["top"] = data["top2"]
+    return TokenRecord(**body)
 
 
 def _round_from_dict(data: dict) -> RoundRecord:

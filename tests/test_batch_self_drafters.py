@@ -55,7 +55,7 @@ def test_the_self_drafters_have_a_batched_form():
 def test_every_row_equals_that_row_alone_greedy(tiny, weights, name, batch_size):
     rounding: list[str] = []
     batch, singles = run_both(options_for(name, weights), prompts_for(batch_size), tiny)
-    assert check_rows(batch, singles, rounding) == []
+    assert check_rows(batch, singles, rounding, tiny.model) == []
     assert len(batch) == batch_size and all(row.output_ids for row in batch)
     if batch_size == 8:  # not vacuous: drafts were accepted, and rows accepted different counts in a round
         assert sum(a for rnd in batch.rounds for a in rnd.accepted) > 0

@@ -294,3 +294,91 @@ def test_the_draft_cost_prior_counts_the_weights_a_step_reads_packed_or_int8():
     assert registry._size_ratio(registry.BuildContext(None, None, target, twin)) == pytest.approx(1.0, rel=0.05)
     kernels.quantize_int8(twin.model)  # 1-byte weights: about a quarter of the float32 bytes, embeddings aside
     assert 0.2 < registry._size_ratio(registry.BuildContext(None, None, target, twin)) < 0.5
+
+
+def loaded(n: int) -> float:
+    """A t(n)/t(1) like one cached on a busy 2-core machine: a second token costs half a step."""
+    return {1: 1.0, 2: 1.5}.get(n, 1.5 + 0.05 * (n - 2))
+
+
+def test_an_all_rejected_first_round_still_drafts_again_and_recovers():
+    """Issue 35 item 4: prompt lookup (c = 0) on a copy task drafted 15 tokens of chat-template text in round 1, all
+    rejected; α fell below t(2) − 1 of a busy machine's curve, the cap went to 0, and with a probe every 8 rounds
+    (reset even when a probe found nothing to draft) the run kept cap 0 in 14 of 18 rounds while the text repeated.
+    Here the first two rounds are rejected outright, the first probe finds no n-gram to draft, and every draft after
+    that is accepted: the controller must draft again soon and stay drafting."""
+    rule = CostAwareRule(StaticRule(4), t=loaded, c=0.0)
+    caps, no_match_once = [], True
+    for index in range(18):
+        cap = rule.limit()
+        caps.append(cap)
+        drafted = 0 if (cap and no_match_once and index >= 2) else cap  # the first probe finds no match
+        no_match_once &= not (cap and index >= 2)
+        accepted = 0 if index < 2 else drafted
+        rule.update(accepted, drafted)
+    assert caps[0] > 0 and caps[1] > 0
+    assert caps.count(0) <= 8, caps
+    assert all(cap > 0 for cap in caps[-8:]), caps  # recovered: drafting on the text that repeats
+    assert rule.last["why"] == "gain"
+
+
+def test_rounds_record_the_cap_and_why_with_recording_off(tiny):
+    options = DecodeOptions(method="speculative", drafter="prompt-lookup", rule="static", controller="cost",
+                            max_new_tokens=24, record=False)
+    trace = generate(options, PROMPTS[2] * 3, target=tiny)
+    decisions = [r.rule["controller"] for r in trace.rounds]
+    assert all({"cap", "best", "probe", "why", "alpha", "c"} <= set(d) for d in decisions)
+    assert all("gain" not in d for d in decisions)  # the curves stay with recording on
+    summary = trace.totals["controller"]
+    assert summary["rounds"] == len(trace.rounds) and summary["cap_zero"] == sum(d["cap"] == 0 for d in decisions)
+    used = trace.totals["cost_curve"]
+    assert {"measured_at", "age_seconds", "load_per_core", "context_tokens", "remeasured", "machine"} <= set(used)
+
+
+def test_early_exit_is_priced_from_its_block_s_exit_layer():
+    """The shipped SmolLM2 block exits at k = 2 of 30 layers: a draft step costs (k + 1)/L = 0.1 of a target step (the
+    prior said k = 4: 0.167), and verification runs layers k+1..L only, (L − k)/L of a forward."""
+    from types import SimpleNamespace
+
+    from decoders import registry
+    from tiny import tiny_llama
+
+    thirty = tiny_llama(layers=30)  # only its layer count matters here
+    ctx = registry.BuildContext(DecodeOptions(model="smollm2-135m", method="speculative", drafter="early-exit"),
+                                SimpleNamespace(model=thirty.model), thirty, None)
+    spec = registry.drafter("early-exit")
+    assert spec.cost_prior(ctx) == pytest.approx(3 / 30) and spec.verify_share(ctx) == pytest.approx(28 / 30)
+    assert registry.drafter("prompt-lookup").verify_share(ctx) == 1.0
+    rule = CostAwareRule(StaticRule(4), t=lambda n: 1 + 0.1 * (n - 1), c=0.1, verify_share=0.5)
+    assert rule.cost_t(1) == 1.0 and rule.cost_t(5) == pytest.approx(1.2)  # half of the growth 0.4
+    rule.observe_time(draft_seconds=0.01, draft_forwards=1, verify_seconds=0.05, n_verified=1)
+    assert rule.c == pytest.approx(0.7 * 0.1 + 0.3 * 0.1)  # the step: 0.05 s / (0.5 · t(1)) = 0.1 s
+
+
+def test_the_draft_cost_is_timed_on_drafting_alone(tiny, drafts, monkeypatch):
+    """The controller's c divides the round's draft seconds by its draft forwards. The previous round's recording
+    (and this round's limit()) used to land in that lap: recording made c look larger, so the app (recording on)
+    drafted shorter than bench (recording off). Here recording a round takes 300 ms; the draft laps must not see it."""
+    import time
+
+    from decoders import registry
+    from decoders.recorder import TraceBuilder
+
+    honest = TraceBuilder.add_round
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.3)
+        return honest(self, *args, **kwargs)
+
+    seen = []
+
+    class Spy(StaticRule):
+        def observe_time(self, draft_seconds, draft_forwards, verify_seconds, n_verified):
+            seen.append(draft_seconds)
+
+    monkeypatch.setattr(TraceBuilder, "add_round", slow)
+    monkeypatch.setattr(registry, "build_rule", lambda options, costs=None: Spy(2))
+    trace = generate(DecodeOptions(method="speculative", max_new_tokens=12), PROMPTS[1], target=tiny,
+                     draft=drafts["noisy"])
+    assert len(seen) >= 3 and max(seen) < 0.3, seen
+    assert all(r.seconds["bookkeeping"] >= 0.3 for r in trace.rounds[1:])  # it is counted, as bookkeeping

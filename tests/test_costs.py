@@ -77,3 +77,31 @@ def test_format_speedup_needs_both_measurements(tiny, cache):
     ratio = costs.format_speedup(tiny.name, "bfloat16")
     expected = costs.cached(tiny.name, "float32", "stock").step_seconds / costs.cached(tiny.name, "bfloat16").step_seconds
     assert ratio == pytest.approx(expected)
+
+
+def test_a_run_measures_again_when_its_curve_was_taken_on_a_busy_machine(tiny, cache, monkeypatch):
+    """Issue 33 item 4: the curve records the load it was measured under; a run re-measures a busy one once the
+    machine is quiet, and says in its trace which curve it used."""
+    monkeypatch.setattr(costs, "load_per_core", lambda: 3.0)  # e.g. a test suite beside it on 2 cores
+    first, used = costs.for_run(tiny, prompt_tokens=20, ns=(1, 2, 4))
+    assert used["remeasured"] and used["why"] == "none stored" and first.busy()
+    assert used["load_per_core"] == 3.0 and used["context_tokens"] == costs.DEFAULT_CONTEXT
+    assert used["age_seconds"] is not None and used["machine"] == first.machine and used["measured_at"]
+    again, used = costs.for_run(tiny, prompt_tokens=20, ns=(1, 2, 4))  # still busy: nothing quieter to be had
+    assert not used["remeasured"] and again == first
+    monkeypatch.setattr(costs, "load_per_core", lambda: 0.1)
+    fresh, used = costs.for_run(tiny, prompt_tokens=20, ns=(1, 2, 4))
+    assert used["remeasured"] and "busy" in used["why"] and not fresh.busy()
+    kept, used = costs.for_run(tiny, prompt_tokens=20, ns=(1, 2, 4))
+    assert not used["remeasured"] and kept == fresh  # the quiet curve is preferred from now on
+
+
+def test_a_curve_serves_contexts_within_a_factor_of_four():
+    assert costs.run_context(20, 32) == costs.run_context(384, 32) == costs.DEFAULT_CONTEXT
+    assert costs.run_context(1000, 32) == 1024 and costs.run_context(1000, 32, model_context=600) == 568
+    assert costs._near(96, 384) and not costs._near(96, 1024) and costs._near(1024, 1000)
+    old = {"x|m|float32|stock|6x5": costs.CostCurve("m", "float32", "stock", "cpu", (1, 2), 0.1, 0.1,
+                                                      {1: 1.0, 2: 1.1}, {1: 1.0, 2: 1.2}).to_dict()}
+    assert costs._best(old, "x|m|float32|stock", context_tokens=1024) is None  # measured at 96: too far
+    unknown = costs._best(old, "x|m|float32|stock", context_tokens=100)
+    assert unknown is not None and unknown.load_per_core is None and unknown.busy()  # an old curve: load unknown

@@ -20,6 +20,7 @@ from decoders.graphs import bucket, fixed_inputs, pack_inputs
 from decoders.readout import read_round
 from decoders.runner import CachedModel
 from decoders.sampling import raw_probs
+from decoders.trace import TOP_LOGITS
 from decoders.tree import DraftTree, attention_mask_4d, depths
 
 BRANCHING = [-1, 0, 0, 1, 1, 2, 3, 6]
@@ -86,8 +87,8 @@ def test_the_readout_reads_what_verify_and_the_recorder_read(tiny):
     for p in (None, torch.softmax(logits / 0.7, -1)):
         readout = read_round(tree, logits, p, record=True)
         assert readout.argmax == logits.argmax(-1).tolist()
-        values, ids = logits.topk(2, dim=-1)
-        assert readout.top2 == [[[i[0], v[0]], [i[1], v[1]]] for i, v in zip(ids.tolist(), values.tolist())]
+        values, ids = logits.topk(TOP_LOGITS, dim=-1)
+        assert readout.top == [[[i, v] for i, v in zip(row_i, row_v)] for row_i, row_v in zip(ids.tolist(), values.tolist())]
         shown = raw_probs(logits) if p is None else p
         assert readout.shown == pytest.approx([float(shown[tree.parents[i], tree.tokens[i]]) for i in range(1, 5)])
     assert read_round(tree, logits, None, record=False).shown is None

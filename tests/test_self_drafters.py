@@ -87,6 +87,22 @@ def test_early_exit_greedy_equals_baseline(four_layers, family, k, rule):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_early_exit_greedy_equals_baseline_when_drafts_are_rejected(four_layers, family):
+    """At k = 3 of 4 layers the block copies layer 3 and the target's norm, so q = p and nothing is ever rejected:
+    the rollback of rejected drafts' stem entries (layers 1..k, written while drafting) would go untested. A noisy
+    block drafts differently from the target: some rounds accept part of their drafts, and output stays equal.
+    (Leaving the stem layers out of the rollback fails this test, not the one above: mutation checked.)"""
+    lm = four_layers[family]
+    partial = 0
+    for prompt in PROMPTS:
+        for length in LENGTHS:
+            trace = run_with(_early_exit(lm, 3, noise=0.2), lm, prompt, length, StaticRule(4))
+            assert trace.output_ids == baseline_ids(lm, prompt, length), (family, prompt, length)
+            partial += sum(1 for r in trace.rounds if r.n_accepted < r.n_drafted)
+    assert partial > 0  # drafts were rejected: the rollback ran
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_prophet_greedy_equals_baseline(four_layers, family, layers):
     lm = four_layers[family]

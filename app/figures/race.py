@@ -13,7 +13,6 @@ import html
 import plotly.graph_objects as go
 
 from decoders.beams.trace import BeamTrace
-from decoders.compare import compare
 from decoders.options import BEAM_METHODS, TREE_DRAFTERS
 from decoders.stats import alpha_from_tau, expected_speedup
 from decoders.trace import Trace
@@ -51,7 +50,7 @@ def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:
             "tau": t["tau"], "acceptance_rate": t["acceptance_rate"], "gamma": gamma, "c": c, "alpha": alpha,
             "tree": tree, "draft_steps": steps, "peak_kv_bytes": t.get("peak_kv_bytes"),
             "identical": baseline is not None and trace.output_ids == baseline.output_ids,
-            "check": compare(trace, baseline).to_dict() if baseline is not None and trace is not baseline else None,
+            "check": trace.baseline_check if trace is not baseline else None,  # decoders/compare.py, decode side
             "tokens": t["tokens"], "greedy": float((trace.options or {}).get("temperature", 0.0)) == 0.0}
 
 
@@ -91,19 +90,18 @@ HEADERS = [
     ("KV memory", "the most key/value cache the run held: the target's peak plus the draft's (beams: every beam's "
                   "row), measured from the cache tensors"),
     ("same as baseline", "whether the output tokens equal the baseline's. At temperature 0 they must, up to "
-                         "rounding: where the baseline's two best tokens nearly tie, a verification forward over "
+                         "rounding: where the target's two best tokens nearly tie, a verification forward over "
                          "several tokens (summing in another order than one-token steps) can rank them the other "
-                         "way. Each difference is classified from the logits: rounding (a near-tie the number "
-                         "format cannot resolve) or mismatch (a real disagreement: a bug)"),
+                         "way. A difference is judged where the model ran: the position is re-scored exactly "
+                         "(float64) and each run's logits are measured against it: rounding (both within what a "
+                         "correct forward in this dtype gets wrong there) or mismatch (a real disagreement: a bug). "
+                         "Hover a cell for the numbers"),
 ]
-ROUNDING_HELP = ("The baseline's two best tokens were {gap:.3g} apart in the logits here. A verification forward "
-                 "scores several tokens at once and sums in another order than the baseline's one-token steps; in "
-                 "{dtype} the two differ by up to ~{resolution:g}, so it ranked the pair the other way. Both "
-                 "continuations are the target's own choice at that point; from there the texts go different ways.")
 
 
 def same_cell(row: dict) -> tuple[str, str, str]:
-    """(text, hover, css class) of the 'same as baseline' cell, from decoders/compare.py's verdict."""
+    """(text, hover, css class) of the 'same as baseline' cell: decoders/compare.py's verdict, stored in the trace
+    by the run code (app/tabs/race/runs.py), rendered here."""
     if row["method"] == "baseline":
         return "—", "", ""
     if row["method"] in BEAM_METHODS:
@@ -111,21 +109,43 @@ def same_cell(row: dict) -> tuple[str, str, str]:
             "they are not meant to equal greedy decoding", ""
     check = row.get("check") or {}
     kind = check.get("kind")
-    if kind in ("same", "prefix"):
+    if kind == "same":
         return "yes", "every output token equals the baseline's", "sl-same"
+    if kind == "prefix":
+        return "yes, as far as both went", f"every token both produced is the same; {check.get('reason', '')}", \
+            "sl-same"
     if kind == "sampled":
         return "n/a (sampling)", "at temperature > 0 each run follows its own random draws; sampling is lossless " \
             "in distribution (a chi-square test in the test suite), not token for token", ""
     if kind == "rounding":
-        return (f"no: rounding at token {check['position'] + 1} (top-2 gap {check['gap']:.2g}, {check['dtype']})",
-                ROUNDING_HELP.format(**check), "sl-rounding")
+        return (f"no: rounding at token {check['position'] + 1} (exact margin {check['exact_margin']:.2g}, "
+                f"{check['dtype']})", rounding_help(check), "sl-rounding")
     if kind == "mismatch":
-        return (f"MISMATCH at token {check['position'] + 1}", f"a real disagreement with the baseline: "
-                f"{check.get('reason', '')}. This is a bug; please report it with the trace", "sl-mismatch")
+        where = f" at token {check['position'] + 1}" if check.get("position") is not None else ""
+        return (f"MISMATCH{where}", f"a real disagreement with the baseline: {check.get('reason', '')}. "
+                f"{_numbers(check)}This is a bug; please report it with the trace", "sl-mismatch")
     if kind == "unclassified":
-        return f"no: differs at token {check['position'] + 1}", "this trace has no logits recorded (it predates " \
-            "SpecLab's rounding check), so the difference cannot be classified", ""
+        return f"no: differs at token {check['position'] + 1}", f"not classified: {check.get('reason', '')}", ""
     return ("yes" if row.get("identical") else "no"), "", ""
+
+
+def rounding_help(check: dict) -> str:
+    """The hover of a rounding cell: what happened, with the exact margin and each side's measured error."""
+    return (f"At token {check['position'] + 1} the target's two best tokens nearly tie. Scored exactly (float64, "
+            f"same weights, same prefix), the baseline's token leads by {check['exact_margin']:.3g} (negative: "
+            f"this run's leads). In {check['dtype']}, this run's verification forward was {check['run_error']:.3g} "
+            f"off the exact logits of the two tokens and the baseline's one-token step {check['baseline_error']:.3g}; "
+            f"a correct {check['dtype']} forward is {check['noise']:.3g} off here (measured), so both are rounding "
+            f"(allowed up to {check['tolerance']:.3g}), and one of them ranked the pair the other way. Both "
+            "continuations are the target's own choice at that point; from there the texts go different ways.")
+
+
+def _numbers(check: dict) -> str:
+    if check.get("exact_margin") is None:
+        return ""
+    return (f"Exact (float64) margin {check['exact_margin']:.3g}; this run's logits {check['run_error']:.3g} off the "
+            f"exact ones, the baseline's {check['baseline_error']:.3g}; a correct {check['dtype']} forward is "
+            f"{check['noise']:.3g} off here (allowed up to {check['tolerance']:.3g}). ")
 
 
 def race_table_html(rows: list[dict]) -> str:

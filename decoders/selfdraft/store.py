@@ -41,6 +41,12 @@ def locate(kind: str, target: str) -> Path:
                          f"(it lands in {cache_dir(kind, target)}, where the drafter looks)")
 
 
+def read_config(kind: str, source: str | Path, target: str) -> dict:
+    """config.json of the weights a drafter would load: a folder, or "auto" (shipped or trained for `target`)."""
+    folder = locate(kind, target) if source == "auto" else Path(source)
+    return json.loads((folder / "config.json").read_text())
+
+
 def save(module, folder: Path, dtype: torch.dtype = torch.float32, record: dict | None = None) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

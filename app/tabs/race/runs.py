@@ -122,6 +122,7 @@ def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
 def _timed_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     from decoders.api import generate
 
+    baseline = None
     for data in options:
         opts = DecodeOptions.from_dict(data)
         target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
@@ -131,7 +132,19 @@ def _timed_runs(options: list[dict], prompt: str) -> Iterator[dict]:
             if DECODE_SLOT.closing:  # the process waits at exit for this item: stop between runs, not after all
                 return
             timed.append(generate(opts, prompt, target, draft))
-        yield median_run(timed).to_dict()
+        chosen = median_run(timed)
+        baseline = baseline or chosen  # the baseline runs first
+        if chosen is not baseline and isinstance(chosen, Trace):
+            chosen.baseline_check = check_against(chosen, baseline, target)
+        yield chosen.to_dict()
+
+
+def check_against(run: Trace, baseline: Trace, target) -> dict:
+    """decoders/compare.py's verdict, computed here where the target is loaded (a first difference is re-scored on
+    it in float64); the table only renders it."""
+    from decoders.compare import compare
+
+    return compare(run, baseline, target.model).to_dict()
 
 
 def median_run(traces: list[Trace]) -> Trace:
