@@ -102,7 +102,8 @@ def test_the_explainers_pytorch_work_runs_inside_the_decode_slot(monkeypatch):
 
     held = []
     real = explainer.sample_counts
-    monkeypatch.setattr(explainer, "sample_counts", lambda *a, **k: (held.append(DECODE_SLOT.locked()), real(*a, **k))[1])
+    monkeypatch.setattr(explainer, "sample_counts",
+                        lambda *a, **k: (held.append(DECODE_SLOT.locked()), real(*a, **k))[1])
     outputs = list(explainer.on_sample(0.5, 0, 1, n_draws=50))
     assert held == [True] and "50 draws through the verification core" in outputs[-1][1]
 

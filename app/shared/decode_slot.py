@@ -201,11 +201,13 @@ class DecodeSlot:
         return Turn(self, what)
 
     @contextmanager
-    def hold(self, source: Iterator | None = None, what: str = "a run", turn: Turn | None = None) -> Iterator[Lease]:
+    def hold(self, source: Iterator | None = None, what: str | None = None, turn: Turn | None = None
+             ) -> Iterator[Lease]:
         """Wait for the slot, in line (after `turn`'s place when given: a run that has waited in line, saying so),
         taking it over from a stale holder, and hold it for the block; `source`, the run's decoder, is iterated
-        through `lease.items()` and closed when the block ends, however it ends."""
-        lease = Lease(source, self._closing, what)
+        through `lease.items()` and closed when the block ends, however it ends. `what` names the run to those
+        waiting behind it (default: the turn's name)."""
+        lease = Lease(source, self._closing, what or (turn.place.what if turn is not None else "a run"))
         place = turn.place if turn is not None else Place(what)
         with self._changed:
             self._join(place)
