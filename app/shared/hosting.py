@@ -17,6 +17,8 @@ from typing import Callable
 
 from decoders.options import OptionsError
 
+from app.shared.words import counted
+
 try:  # pragma: no cover - depends on the host
     import spaces as _spaces
 except Exception:  # ImportError, or a spaces build that fails to import off its platform
@@ -101,5 +103,6 @@ def check_prompt_length(n_tokens: int) -> None:
     if cap is not None and n_tokens > cap:
         raise OptionsError(f"the prompt is {n_tokens} tokens, and this server reads at most {cap} prompt tokens per "
                            f"run ({MAX_PROMPT_SETTING}) so that one run cannot hold it for minutes; cut at least "
-                           f"{n_tokens - cap} tokens (about {4 * (n_tokens - cap)} characters of English) from the "
+                           f"{counted(n_tokens - cap, 'token')} (about {4 * (n_tokens - cap)} characters of English) "
+                           "from the "
                            "prompt, or run SpecLab on your own machine (no cap there by default)")

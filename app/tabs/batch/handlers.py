@@ -65,7 +65,7 @@ def parse_seeds(text: str, n: int) -> list[int] | None:
     if len(seeds) == 1:
         return seeds * n
     if len(seeds) != n:
-        raise OptionsError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
+        raise OptionsError(f"{len(seeds)} seeds for {counted(n, 'prompt')}: give one seed, or one per prompt")
     return seeds
 
 

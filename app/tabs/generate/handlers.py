@@ -208,7 +208,7 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
             with loaded(options, report=lambda fraction, message: progress(fraction, desc=message),
                         turn=turn) as [(target, _)]:
                 n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
-                yield {"status": f"Processing the prompt ({n_prompt} tokens) with {options.model} "
+                yield {"status": f"Processing the prompt ({counted(n_prompt, 'token')}) with {options.model} "
                                  f"({_dtype_of(target)})… the first round follows."}
                 live = bool(controls.get("live", True))
                 yield from _decode(options, prompt, live, session)

@@ -11,6 +11,7 @@ import gradio as gr
 from decoders import registry
 from decoders.options import DRAFTERS, MAX_NEW_TOKENS_LIMIT, RULES, TREE_DRAFTERS
 
+from app.shared.words import counted
 from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared import glossary
 from app.shared.hosting import registry_only
@@ -56,7 +57,7 @@ def opening_status(trace) -> str:
     the recording's settings are the controls' (controls.OPENING), so Run repeats it live. The stats name the rest."""
     options = trace.options or {}
     return (f"Recorded run: {options.get('model', '?')}, {options.get('dtype', '?')}, "
-            f"{options.get('max_new_tokens', '?')} new tokens. **Run** repeats it live.")
+            f"{counted(options.get('max_new_tokens', '?'), 'new token')}. **Run** repeats it live.")
 
 
 def _prompt_controls(opening_prompt: str) -> dict:

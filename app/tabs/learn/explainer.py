@@ -19,6 +19,7 @@ from decoders.sampling import sample, seeded_generator
 from decoders.tree import DraftTree
 from decoders.verify import Verdict, residual, verify_sampling
 
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 # A toy next-token vocabulary after "The cat sat on the": small enough to read every bar on a phone.
@@ -111,7 +112,7 @@ def position_figure(position: Position, counts: torch.Tensor | None = None, heig
         fig.add_bar(name=name, x=words, y=values.tolist(), marker_color=color)
     if counts is not None:
         freq = (counts.double() / counts.sum()).tolist()
-        fig.add_scatter(name=f"sampled ({int(counts.sum())} draws)", x=words, y=freq, mode="markers",
+        fig.add_scatter(name=f"sampled ({counted(int(counts.sum()), 'draw')})", x=words, y=freq, mode="markers",
                         marker=dict(symbol="diamond", size=12, color="black"))
     title = wrap_title(f"α = Σ min(p, q) = {position.acceptance:.2f} · residual used on rejection")
     fig.update_layout(title=dict(text=title, font=dict(size=14)), barmode="group", height=height,
@@ -125,7 +126,8 @@ def distance_summary(position: Position, counts: torch.Tensor) -> str:
     """Total-variation distance between the sampled frequencies and p: it shrinks like 1/sqrt(draws)."""
     freq = counts.double() / counts.sum()  # (V,)
     tv = 0.5 * float((freq - position.p).abs().sum())
-    return (f"{int(counts.sum())} draws through the verification core: total-variation distance to p = {tv:.3f} "
+    return (f"{counted(int(counts.sum()), 'draw')} through the verification core: total-variation distance to p = "
+            f"{tv:.3f} "
             "(it shrinks like 1/√draws). The output follows p, not q: the draft only changes the speed.")
 
 

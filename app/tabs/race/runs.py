@@ -293,7 +293,7 @@ def _done_line(baseline: Trace, prompt: str, seconds: float) -> str:
     temperature = float((baseline.options or {}).get("temperature", 0.0))
     return (f"Done in {seconds:.1f} s · median of {TIMED_RUNS} timed runs per method · "
             f"{dtype_line(baseline, why=True)} · temperature {temperature:g}"
-            f"{' (greedy)' if temperature == 0 else ''} · {len(baseline.prompt_ids)} prompt tokens: “{shown}”")
+            f"{' (greedy)' if temperature == 0 else ''} · {counted(len(baseline.prompt_ids), 'prompt token')}: “{shown}”")
 
 
 def _label(options: DecodeOptions) -> str:
