@@ -266,3 +266,19 @@ def test_counts_read_right_in_the_singular(tiny):
     title = growth_figure(trace, 0).layout.title.text
     assert "how the tree grew" in title and "grew grew" not in title.replace("<br>", " ") and \
         "grew to its" not in title
+
+
+# ---- 33.5: every model load inside the decode slot ----------------------------------------------------------------
+
+def test_every_model_load_happens_inside_the_decode_slot(tiny_models, monkeypatch):
+    """Review 14d8f23 #8: the decode functions loaded their models before taking the slot (cache hits, mostly; a
+    miss is a minute of PyTorch work beside a timed race, and a shutdown then can abort with status 134)."""
+    from app.tabs.batch import handlers as batch
+
+    inside = []
+    fake = loading.load
+    monkeypatch.setattr(loading, "load", lambda name, options, report=None: (inside.append(DECODE_SLOT.locked()),
+                                                                             fake(name, options, report))[1])
+    assert run_all(max_new_tokens=4)[-1]["state"].stop_reason == "max_new_tokens"
+    list(batch.run_batch("ab ab ab\ncd cd", "smollm2-135m", "batched speculative", "prompt-lookup", 4, 0.0, ""))
+    assert len(inside) == 4 and all(inside), inside  # each run: the handler's load, then the decode's own
