@@ -19,7 +19,7 @@ Trace
   prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
   prefill         dict | None  while a prompt longer than one prefill chunk is being read (no round yet): {"model":
                              "target" | "draft", "read": prompt tokens read so far, "of": tokens to read}; None
-                             once read (absent in older traces)
+                             once read (a run stopped while reading keeps it; absent in older traces)
   totals          dict       decoders/stats.py: summarize()
   baseline_check  dict | None  decoders/compare.py: this run against the baseline's on the same prompt, when asked
                              for (API compare_baseline=True, CLI --compare-baseline, the Race): same, position,

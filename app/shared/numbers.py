@@ -24,3 +24,9 @@ def whole_number(value, label: str, example: int | None = None) -> int:
         raise OptionsError(f"{label} must be a whole number (no fractions: {label} counts or seeds runs), "
                            f"got {value!r}")
     return int(number)
+
+
+def whole_field(values: dict, key: str, label: str, default: int) -> int:
+    """A box's whole number from a handler's values: absent (an API call that leaves it out) is `default`; present,
+    it must be a whole number (whole_number)."""
+    return whole_number(values[key], label, default) if key in values else default

@@ -17,7 +17,7 @@ from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD, opening_differe
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
-from app.shared.numbers import whole_number
+from app.shared.numbers import whole_field
 from app.shared.loading import check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import RunSession
@@ -90,9 +90,7 @@ def _eagle_head(values: dict) -> str | None:
 def _int(values: dict, key: str, default: int) -> int:
     """A whole-number control: absent (an API call without it) is its default; empty, fractional or not a number is
     refused (app/shared/numbers.py)."""
-    if key not in values:
-        return default
-    return whole_number(values[key], LABELS.get(key, key), default)
+    return whole_field(values, key, LABELS.get(key, key), default)
 
 
 # The boxes' labels, for messages about what was typed into them.

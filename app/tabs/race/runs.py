@@ -19,7 +19,7 @@ from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
 from app.shared.hosting import gpu
-from app.shared.numbers import whole_number
+from app.shared.numbers import whole_field
 from app.shared.loading import check_before_waiting, dtype_line, load_models, loaded, model_error_types
 from app.shared.session import RunSession
 from app.shared.words import counted
@@ -91,9 +91,9 @@ def race_options(values: dict) -> list[DecodeOptions]:
     draft = values.get("draft_model")
     try:
         temperature = float(values.get("temperature") or 0.0)
-        seed = whole_number(values.get("seed"), "seed (Generate tab, Sampling and length)", 0) if temperature else 0
+        seed = whole_field(values, "seed", "seed (Generate tab, Sampling and length)", 0) if temperature else 0
         base = DecodeOptions(model=str(values.get("model") or DecodeOptions.model), dtype=values.get("dtype") or "auto",
-                             max_new_tokens=whole_number(values.get("max_new_tokens"), "max new tokens (race)", 48),
+                             max_new_tokens=whole_field(values, "max_new_tokens", "max new tokens (race)", 64),
                              temperature=temperature, seed=seed, record=False)
     except OptionsError:
         raise
