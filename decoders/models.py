@@ -26,9 +26,9 @@ from . import dtype_choice, kernels
 from .dtype_choice import DtypeDecision
 from .residency import (ENV_BUDGET, GB, Residency, gb_text, memory_budget_bytes, model_bytes, release_memory,
                         set_memory_budget)
-from .model_files import (ModelError, WeightPart, cache_dir, check_hub_id, converted_dir, find_converted, gguf_file,
-                          is_complete_dir, locate_parts, read_gguf, read_gguf_tokenizer, read_hub, read_hub_tokenizer,
-                          read_local, save_dir, tokenizer_dir)
+from .hub import check_hub_id, read_hub, read_hub_tokenizer
+from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file, is_complete_dir,
+                          locate_parts, read_gguf, read_gguf_tokenizer, read_local, save_dir, tokenizer_dir)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
