@@ -65,9 +65,10 @@ def test_prompt_longer_than_the_context(tiny_models):
     assert "at most 0" not in error
 
 
-@pytest.mark.parametrize("tokens", [0, 5000, 2.5])
-def test_max_tokens_out_of_range(tokens):
-    assert_error(run_all(max_new_tokens=tokens), "max_new_tokens")
+@pytest.mark.parametrize("tokens, needle", [(0, "max_new_tokens"), (5000, "max_new_tokens"),
+                                            (2.5, "max new tokens must be a whole number")])
+def test_max_tokens_out_of_range(tokens, needle):
+    assert_error(run_all(max_new_tokens=tokens), needle)
 
 
 def test_incompatible_options():

@@ -21,8 +21,7 @@ def whole_number(value, label: str, example: int | None = None) -> int:
     except (TypeError, ValueError):
         raise OptionsError(f"{label} must be a whole number, got {value!r}") from None
     if number != number or number in (float("inf"), float("-inf")) or number != int(number):
-        raise OptionsError(f"{label} must be a whole number (no fractions: {label} counts or seeds runs), "
-                           f"got {value!r}")
+        raise OptionsError(f"{label} must be a whole number, got {value!r}")
     return int(number)
 
 
