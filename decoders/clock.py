@@ -45,6 +45,7 @@ class DecodeClock:
         now = self._now()
         self.prefill_end = now
         elapsed, self.last = now - self.last, now
+        self.paused_seconds = 0.0  # pauses while the prompt was read (between chunks) are out of `elapsed` already
         return elapsed
 
     def lap(self) -> float:

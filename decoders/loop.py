@@ -2,7 +2,8 @@
 the autoregressive baseline is the same loop with a drafter that never drafts.
 
 It is a generator that yields the live trace after every round (streaming is the only mode; `api.generate`
-drains it). Closing the generator early (a Stop button) runs the `finally` that frees every cache.
+drains it), and, while a prompt longer than one prefill chunk is read, between two chunks (trace.prefill says how
+far; no round yet). Closing the generator early (a Stop button) runs the `finally` that frees every cache.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from .rules import DraftRule
 from .runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
-from .tree import DraftTree
 from .verify import verify
 
 
@@ -31,12 +31,9 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
     clock = DecodeClock(target.device)  # what decode time includes: decoders/clock.py
     stop_reason = "cancelled"
     try:
-        if drafter.wants_target_hidden:  # an EAGLE head drafts from the prompt's features: take them from the prefill
-            drafter.start(ids, features=_prefill_features(target, ids))
-        else:
-            if len(ids) > 1:
-                target.forward(ids[:-1], last_only=True)  # prefill: the last prompt token is the first pending token
-            drafter.start(ids)
+        for reading in _read_prompt(target, drafter, ids, builder):
+            with clock.paused():  # a long prompt is read in chunks: the run can be closed (Stop) between two
+                yield reading
         builder.trace.prefill_seconds = clock.prefill_done()
         produced = 0
         while produced < max_new_tokens:
@@ -101,12 +98,30 @@ def _machine(device: str) -> str:
     return machine_description(torch.device(device))
 
 
-def _prefill_features(target: CachedModel, ids: list[int]) -> torch.Tensor | None:
-    """The prefill as a chain through forward_tree, keeping the last hidden states (len(ids) - 1, H)."""
-    if len(ids) < 2:
-        return None
-    prompt = DraftTree(tokens=list(ids[:-1]), parents=list(range(-1, len(ids) - 2)))
-    return target.forward_tree(prompt, hidden=True)[1]
+def _read_prompt(target: CachedModel, drafter: Drafter, ids: list[int], builder: TraceBuilder) -> Iterator[Trace]:
+    """The prefill: the target reads the prompt (all but the pending last token) in chunks, then the drafter its own
+    way (a draft model in chunks too). Between two chunks it yields the live trace with trace.prefill saying how far
+    it got, so closing the run lands within one chunk; a prompt that fits one chunk yields nothing."""
+    context = ids[:-1]
+    hidden = drafter.wants_target_hidden  # an EAGLE head drafts from the prompt's features: keep them
+    features = []  # per chunk (n, H)
+    for read, states in target.prefill(context, hidden=hidden):
+        features.append(states)
+        if read < len(context):
+            yield _reading(builder, "target", read, len(context))
+    if hidden:
+        steps = drafter.start_steps(ids, features=torch.cat(features) if features else None)  # (len(ids) - 1, H)
+    else:
+        steps = drafter.start_steps(ids)
+    for read in steps:
+        if read < len(context):
+            yield _reading(builder, "draft", read, len(context))
+    builder.trace.prefill = None
+
+
+def _reading(builder: TraceBuilder, model: str, read: int, total: int) -> Trace:
+    builder.trace.prefill = {"model": model, "read": read, "of": total}
+    return builder.trace
 
 
 def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:

@@ -321,35 +321,3 @@ def read_local(path: Path, dtype, say: Progress):
         say(f"loading {ggufs[0].name} (GGUF: slow, and not cached for local files)…")
         return read_gguf(ggufs[0], dtype) if dtype else None, read_gguf_tokenizer(ggufs[0]), f"gguf {ggufs[0]}"
     raise ModelError(f"{path} is neither a transformers model directory (with config.json) nor a single .gguf file")
-
-
-def read_hub(hub_id: str, dtype, say: Progress, fix: str):
-    from transformers import AutoModelForCausalLM
-
-    say(f"loading {hub_id} from the Hugging Face Hub…")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(hub_id, dtype=dtype, local_files_only=hub_offline())
-    except Exception as err:  # OSError, HTTP and offline errors all mean "not reachable from here"
-        raise _hub_error(hub_id, err, fix) from None
-    return model, read_hub_tokenizer(hub_id, fix), f"hub {hub_id}"
-
-
-def read_hub_tokenizer(hub_id: str, fix: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(hub_id, local_files_only=hub_offline())
-    except Exception as err:
-        raise _hub_error(hub_id, err, fix) from None
-
-
-def hub_offline() -> bool:
-    """Read the variable at call time: huggingface_hub reads it once, at import, which tests cannot undo."""
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-
-
-def _hub_error(hub_id: str, err: Exception, fix: str) -> ModelError:
-    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-    access = ("hub access is off (HF_HUB_OFFLINE=1)" if hub_offline()
-              else "the Hugging Face Hub is not reachable or has no such model")
-    return ModelError(f"cannot load {hub_id!r}: {access} ({reason}). {fix}")

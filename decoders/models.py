@@ -26,9 +26,9 @@ from . import dtype_choice, kernels
 from .dtype_choice import DtypeDecision
 from .residency import (ENV_BUDGET, GB, Residency, gb_text, memory_budget_bytes, model_bytes, release_memory,
                         set_memory_budget)
-from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file,
-                          is_complete_dir, locate_parts, read_gguf, read_gguf_tokenizer, read_hub, read_hub_tokenizer,
-                          read_local, save_dir, tokenizer_dir)
+from .hub import check_hub_id, read_hub, read_hub_tokenizer
+from .model_files import (ModelError, WeightPart, cache_dir, converted_dir, find_converted, gguf_file, is_complete_dir,
+                          locate_parts, read_gguf, read_gguf_tokenizer, read_local, save_dir, tokenizer_dir)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelError", "ModelEntry", "REGISTRY", "LoadedModel", "TokenizerOnly", "available_models",
            "describe_models", "resolve_device", "resolve_dtype", "dtype_decision", "DtypeDecision", "load_model",
            "load_tokenizer", "check_tokenizers_compatible", "check_pair_before_loading", "unload_all", "cache_dir",
-           "hold", "set_memory_budget", "memory_budget_gb", "resident_models"]
+           "hold", "set_memory_budget", "memory_budget_gb", "resident_models", "check_loadable"]
 
 Progress = Callable[[str], None]
 
@@ -304,6 +304,20 @@ def unload_all() -> None:
         _TOKENIZERS.clear()
         _COMPATIBLE.clear()
     release_memory()
+
+
+def check_loadable(name: str) -> None:
+    """Seconds, no weights: whether `name` can load here -- a registry model with its weights installed or
+    converted, a local path, or a hub id that the local Hugging Face cache holds or a reachable hub can send. Raises
+    ModelError with the fix otherwise. The app asks before a run waits for the decode slot: a hub id the hub cannot
+    send used to hold the slot for a minute of hub retries before failing."""
+    name = _canonical_name(name)
+    entry = REGISTRY.get(name)
+    if entry is not None:
+        if find_converted(name) is None and locate_parts(entry.gguf_parts) is None:
+            check_hub_id(entry.hub_id, _install_hint(entry))  # its weights would come from the hub
+    elif not Path(name).exists():
+        check_hub_id(name, _OFFLINE_HINT)
 
 
 def _canonical_name(name: str) -> str:

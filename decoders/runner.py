@@ -11,6 +11,7 @@ CUDA graphs. The loop and the drafters call the same verbs whichever it is.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -21,6 +22,11 @@ from .graphs import FixedForward, give_back, lease
 from .tree import DraftTree, attention_mask_4d, position_ids
 
 DYNAMIC = KVPlan()
+
+# Prompt tokens per prefill forward. A run stops between two chunks, so this bounds how long Stop waits while a long
+# prompt is read (Qwen2.5-Coder-1.5B on the 2-core CPU: about 5 s per chunk; SmolLM2 about 0.3 s). Fixed, not timed:
+# the chunking changes the summation order, and two runs of one prompt must read it identically.
+PREFILL_CHUNK = 128
 
 
 class CachedModel:
@@ -98,6 +104,21 @@ class CachedModel:
         if hidden:
             return out.logits[0], out.hidden_states[-1][0]  # (N+1, V), (N+1, H)
         return out.logits[0]  # (N+1, V)
+
+    def prefill(self, tokens: list[int], hidden: bool = False, chunk: int | None = None
+                ) -> Iterator[tuple[int, torch.Tensor | None]]:
+        """Feed `tokens` after the cache, `chunk` (PREFILL_CHUNK) at a time, yielding after each chunk (tokens fed so
+        far, the chunk's last hidden states (n, H) when `hidden`, else None): a caller that stops iterating stops
+        within one chunk."""
+        chunk = chunk or PREFILL_CHUNK
+        for start in range(0, len(tokens), chunk):
+            part = tokens[start:start + chunk]
+            if hidden:  # a chain through forward_tree: an EAGLE head drafts from these features
+                chain = DraftTree(tokens=list(part), parents=list(range(-1, len(part) - 1)))
+                yield start + len(part), self.forward_tree(chain, hidden=True)[1]  # (n, H)
+            else:
+                self.forward(part, last_only=True)
+                yield start + len(part), None
 
     def _note_peak(self) -> None:
         self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))

@@ -18,6 +18,9 @@ Trace
   rounds          [RoundRecord]  one per target verification forward
   stop_reason     str        "eos" | "max_new_tokens" | "cancelled" | "context" | "" (still running)
   prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
+  prefill         dict | None  while a prompt longer than one prefill chunk is being read (no round yet): {"model":
+                             "target" | "draft", "read": prompt tokens read so far, "of": tokens to read}; None
+                             once read (a run stopped while reading keeps it; absent in older traces)
   totals          dict       decoders/stats.py: summarize()
   baseline_check  dict | None  decoders/compare.py: this run against the baseline's on the same prompt, when asked
                              for (API compare_baseline=True, CLI --compare-baseline, the Race): same, kind ("same" |
@@ -156,6 +159,7 @@ class Trace(JsonTrace):
     totals: dict = field(default_factory=dict)
     baseline_check: dict | None = None
     runtime: dict | None = None  # how the run executed (optional, absent in older traces), see the schema above
+    prefill: dict | None = None  # how far the prompt has been read, while it is (see the schema above)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

@@ -59,7 +59,7 @@ def test_the_setting_overrides_the_default(monkeypatch, space, setting, expected
 
 def test_the_run_and_the_race_refuse_with_a_message(on_a_space):
     values = dict(zip(handlers.RUN_INPUTS, [None] * len(handlers.RUN_INPUTS)))
-    values.update(prompt="hi", model=HUB_ID, method="baseline")
+    values.update(prompt="hi", model=HUB_ID, method="baseline", max_new_tokens=8)  # an empty box is refused
     last = list(handlers.run(*[values[n] for n in handlers.RUN_INPUTS], progress=lambda *a, **k: None))[-1]
     assert "only runs the listed models" in last["error"] and "Traceback" not in last["error"]
     raced = {"prompt": "hi", "model": HUB_ID, "dtype": "float32", "draft_model": None,

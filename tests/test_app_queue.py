@@ -1,5 +1,5 @@
-"""Stop through the real queue (gradio_client, two visitors): a queued run is cancelled and said so, a running one
-is closed and its caches freed. Tiny random-init models, slowed down so one run outlasts the other's request."""
+"""Stop through the real queue (gradio_client, two visitors): a run waiting for its turn says what it waits for and
+Stop gives its place up; a running one is closed and its caches freed. Tiny random-init models, slowed down so one run outlasts the other's request."""
 from __future__ import annotations
 
 import time
@@ -69,19 +69,29 @@ def has_rounds(job) -> bool:
                for out in job.outputs())
 
 
-def test_stop_cancels_a_queued_run_and_a_running_one(server, released):
+def statuses(job) -> list[str]:
+    return [out[0] for out in job.outputs() if isinstance(out, (list, tuple)) and out and isinstance(out[0], str)]
+
+
+def test_a_waiting_run_says_what_it_waits_for_and_stop_ends_either_run(server, released):
+    """Issue 35 item 1: a run that waits behind another visitor's says so, with how long that one has run (it used to
+    wait in Gradio's queue under a stale status line); Stop gives its place up, and closes a running run."""
     from gradio_client import Client
     from gradio_client.utils import Status
 
     first, second = Client(server, verbose=False), Client(server, verbose=False)
     running = first.submit(*controls(), api_name="/run")
     wait_for(lambda: has_rounds(running), what="the first visitor's run to stream rounds")
-    queued = second.submit(*controls(), api_name="/run")
-    wait_for(lambda: queued.status().code == Status.IN_QUEUE, what="the second run to wait in the queue")
+    waiting = second.submit(*controls(), api_name="/run")
+    wait_for(lambda: any(s.startswith("Waiting for your turn") for s in statuses(waiting)),
+             what="the second run to say what it waits for")
+    line = next(s for s in statuses(waiting) if s.startswith("Waiting for your turn"))
+    assert "a Generate run (smollm2-135m) has been running for" in line and "Stop gives up your place" in line
 
-    queued.cancel()  # what the page's Stop does for its own run (cancels=[run]) ...
-    said = second.predict(api_name="/stop")  # ... alongside the Stop handler
-    assert said[0] == "Cancelled your queued run; nothing had started."
+    said = second.predict(api_name="/stop")
+    assert said[0].startswith("Stopped before the first round"), said[0]
+    wait_for(waiting.done, what="the waiting run to end")
+    assert statuses(waiting)[-1] == handlers.NOT_STARTED and not has_rounds(waiting)
     assert running.status().code != Status.FINISHED  # the other visitor's run goes on
 
     freed_before = len(released)

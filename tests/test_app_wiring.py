@@ -8,6 +8,7 @@ import gradio as gr
 import pytest
 
 from app.page import build_demo
+from app.shared.session import RunSession
 from app.shared.paths import ASSETS
 from app.tabs.generate import handlers, views
 from app.tabs.race import runs as race
@@ -82,7 +83,7 @@ def test_run_decodes_once_per_click(events, monkeypatch, trace):
             return [1, 2, 3]
 
     @contextlib.contextmanager
-    def fake_loaded(*options, report=None):
+    def fake_loaded(*options, report=None, turn=None):
         yield [(Target(), None)]
 
     monkeypatch.setattr(handlers, "decode_rounds", fake_decode)
@@ -107,13 +108,13 @@ def test_race_runs_each_method_once_per_click(events, monkeypatch, trace):
             yield trace.to_dict()
 
     @contextlib.contextmanager
-    def fake_loaded(*runs, report=None):
+    def fake_loaded(*runs, report=None, turn=None):
         yield []
 
     monkeypatch.setattr(race, "race_runs", fake_race_runs)
     monkeypatch.setattr(race, "loaded", fake_loaded)
     args = ["hello", "smollm2-135m", "float32", None, ["prompt lookup · static γ=4"], 16, 0.0, 0]
-    list(events["race"](*args, None, lambda *a, **k: None))
+    list(events["race"](*args, RunSession(), None, lambda *a, **k: None))  # (inputs..., session, request, progress)
     assert calls == [2], f"one Race click raced {calls}"
 
 

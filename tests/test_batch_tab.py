@@ -17,6 +17,7 @@ PROMPTS = "abc\nabab abab abab abab\nq\na much longer prompt than the others, so
 def tiny_models(monkeypatch, tiny, drafts):
     monkeypatch.setattr(loading, "load", lambda name, options, report=None: drafts["noisy"] if name == "d" else tiny)
     monkeypatch.setattr(loading, "load_draft", lambda name, options, report=None: drafts["noisy"])
+    monkeypatch.setattr(loading, "check_loadable", lambda name: None)  # the tiny drafts' names are no models
     monkeypatch.setattr(loading, "draft_name", lambda o: "d" if o.method == "speculative" and
                         o.drafter == "draft-model" else None)
     monkeypatch.setattr(handlers, "STREAM_EVERY", 0.0)

@@ -24,6 +24,7 @@ def tiny_models(monkeypatch, tiny, drafts):
 
     monkeypatch.setattr(loading, "load", fake_load)
     monkeypatch.setattr(loading, "load_draft", fake_load)  # the draft's own path (the API's draft loader)
+    monkeypatch.setattr(loading, "check_loadable", lambda name: None)  # the tiny drafts' names are no models
     monkeypatch.setattr(loading, "draft_name", lambda o: "tiny-draft" if o.method == "dsbd" else None)
     monkeypatch.setattr(beams_tab, "STREAM_EVERY", 0.0)  # every iteration drawn, however fast the machine
     return loaded
@@ -83,7 +84,9 @@ def test_a_one_iteration_run_gives_a_slider_gradio_accepts(tiny_models):
 
 @pytest.mark.parametrize("over, needle", [
     (dict(prompt="  "), "Type a prompt"),
-    (dict(width="two"), "whole numbers"),
+    (dict(width="two"), "width must be a whole number"),
+    (dict(seed=1.5), "seed must be a whole number"),  # the seed box used to round it (precision 0) and run seed 2
+    (dict(seed=None), "seed is empty"),
     (dict(thres=1.5), "thres must be in (0, 1]"),
     (dict(method="greedy"), "method must be one of"),
     (dict(min_width=5, width=3), "min_width"),
@@ -190,6 +193,7 @@ draft = noisy_copy(tiny_qwen2(vocab=32, seed=0), 0.1)
 loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
 loading.load_draft = loading.load
 loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
+loading.check_loadable = lambda name: None  # "tiny" and "tiny-draft" are no models the registry knows
 from app_server import launched_demo
 from gradio_client import Client
 
@@ -247,6 +251,7 @@ for lm in (target, draft):
 loading.load = lambda name, options, report=None: draft if name == "tiny-draft" else target
 loading.load_draft = loading.load
 loading.draft_name = lambda options: "tiny-draft" if options.method == "dsbd" else None
+loading.check_loadable = lambda name: None  # "tiny" and "tiny-draft" are no models the registry knows
 from app_server import launched_demo
 from gradio_client import Client
 

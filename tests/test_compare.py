@@ -238,7 +238,8 @@ def test_the_race_stores_the_verdict_where_the_model_is_and_the_table_renders_it
     monkeypatch.setattr(runs, "load_models", lambda options: (target, draft))
     base = DecodeOptions(max_new_tokens=60, record=False)
     raced = [base.to_dict(), replace(base, method="speculative", gamma=4).to_dict()]
-    baseline, run = (Trace.from_dict(data) for data in runs._timed_runs(raced, "abcdefgh"))  # diverges in bf16
+    baseline, run = (Trace.from_dict(data) for data in runs._timed_runs(raced, "abcdefgh")
+                     if "running" not in data)  # diverges in bf16; ticks left out
     check = run.baseline_check
     assert baseline.baseline_check is None and check["kind"] == "rounding", check
     monkeypatch.setattr("decoders.compare.compare", lambda *a, **k: pytest.fail("the figure re-computed the verdict"))

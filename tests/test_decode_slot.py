@@ -178,3 +178,133 @@ def test_the_exit_hook_ends_the_process_itself_when_a_run_is_still_computing():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "not reached" not in done.stdout
     assert "still computing" in done.stderr and "Waiting for the running decode" in done.stderr
+
+
+class _SlowToClose:
+    """A suspended decoder whose close takes until `release` is set (a Whisper run joining its worker)."""
+
+    def __init__(self):
+        self.release, self.closing = threading.Event(), threading.Event()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return 0
+
+    def close(self):
+        self.closing.set()
+        self.release.wait(10)
+
+
+def test_a_stale_run_is_closed_outside_the_slots_lock():
+    """Review 14d8f23 #7: the run that takes a stale holder over closes it; while that close takes its time, every
+    other caller of the slot (a leave, release_idle, a look at who holds it) must still get through. Before, the
+    close ran under the slot's lock and they all waited for it."""
+    slot, source = DecodeSlot(stale_after=0.2), _SlowToClose()
+
+    def abandoned():
+        with slot.hold(source) as lease:
+            yield from lease.items()
+    run = abandoned()
+    next(run)  # suspended, and nobody asks for more: stale after 0.2 s
+    def take_over():
+        with slot.hold():
+            pass
+    taker = _in_thread(take_over)
+    assert source.closing.wait(5)  # the taker is inside the stale run's close now
+    looked = []
+    looker = _in_thread(lambda: looked.append(slot.release_idle()))
+    looker.join(2)
+    try:
+        assert looked, "the slot's lock was held while a stale run closed"
+    finally:
+        source.release.set()
+        taker.join(5)
+
+
+def test_waiting_runs_go_in_order_and_say_what_holds_the_slot():
+    slot, order, lines = DecodeSlot(stale_after=60), [], []
+    holding, done = threading.Event(), threading.Event()
+
+    def holder():
+        with slot.hold(what="a Race"):
+            holding.set()
+            done.wait(10)
+    _in_thread(holder)
+    assert holding.wait(5)
+
+    def waiter(name: str):
+        with slot.queue(f"run {name}") as turn:
+            for line in turn.lines(every=0.05):
+                lines.append((name, line))
+            with slot.hold(what=f"run {name}", turn=turn):
+                order.append(name)
+    first = _in_thread(lambda: waiter("A"))
+    while not any(name == "A" for name, _ in lines):
+        time.sleep(0.01)
+    second = _in_thread(lambda: waiter("B"))
+    while not any(name == "B" for name, _ in lines):
+        time.sleep(0.01)
+    done.set()
+    first.join(5), second.join(5)
+    assert order == ["A", "B"]
+    said = dict(lines)
+    assert "a Race has been running for" in said["A"] and "1 other run is waiting ahead of yours" in said["B"]
+    assert slot.holder() is None
+
+
+def test_stop_while_waiting_gives_the_place_up():
+    slot, release = DecodeSlot(stale_after=60), threading.Event()
+    def load():
+        with slot.hold(what="a load"):
+            release.wait(5)
+    _in_thread(load)
+    while slot.holder() is None:
+        time.sleep(0.01)
+    stop = threading.Event()
+    with slot.queue("a Generate run") as turn:
+        seen = []
+        for line in turn.lines(stop=stop.is_set, every=0.05):
+            seen.append(line)
+            stop.set()
+        assert turn.cancelled and len(seen) == 1
+    assert slot._line == []  # nobody waits behind a run that gave up
+    release.set()
+
+
+def test_a_place_nobody_looks_at_loses_its_turn():
+    """A waiting run whose page went away without closing it stops looking; after stale_after it is skipped."""
+    slot = DecodeSlot(stale_after=0.3)
+    gone = slot.queue("a run whose page went away")
+    gone.__enter__()  # in line, and never looks again
+    started = time.monotonic()
+    with slot.hold(what="the next run"):
+        assert time.monotonic() - started < 3
+
+
+def test_a_busy_source_counts_as_computing_and_keeps_the_slot_until_its_thread_ends():
+    """A Whisper transcription whose worker still decodes while the run is suspended is computing: not taken over,
+    and the slot stays held after its block ends until the thread does (one computation at a time)."""
+    slot, running = DecodeSlot(stale_after=0.1), threading.Event()
+    running.set()
+
+    class Busy:
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return 0
+
+        def busy(self):
+            return running.is_set()
+
+    with slot.hold(Busy()) as lease:
+        next(lease.items())
+        time.sleep(0.2)
+        assert lease.idle() == 0 and lease.computing()
+        assert not slot.release_idle()
+    assert slot.locked()  # the block ended, its thread did not
+    assert not slot.close(timeout=0.2)
+    running.clear()
+    assert not slot.locked() and slot.close(timeout=1)

@@ -68,14 +68,14 @@ def test_the_figure_has_the_named_traces():
 def test_step_handler_tells_the_uniform_draw_and_the_outcome():
     seen = set()
     for seed in range(30):
-        _, story = explainer.on_step(1.0, seed, 1)
+        _, story = list(explainer.on_step(1.0, seed, 1))[-1]  # the last update: the step's story
         assert "u = " in story
         seen.add("Every candidate was rejected" in story)
     assert seen == {True, False}  # over 30 seeds both an acceptance and a rejection are told
 
 
 def test_sample_handler_reports_the_distance_to_p():
-    fig, text = explainer.on_sample(0.5, 0, 2, n_draws=1000)
+    fig, text = list(explainer.on_sample(0.5, 0, 2, n_draws=1000))[-1]
     assert text.startswith("1000 draws through the verification core")
     assert len(fig.data) == 5
 
@@ -91,3 +91,33 @@ def test_glossary_names_every_symbol():
     text = glossary.markdown()
     for symbol in ("τ", "α", "c", "λ", "γ", "t(n)"):
         assert f"**{symbol}**" in text
+
+
+def test_the_explainers_pytorch_work_runs_inside_the_decode_slot(monkeypatch):
+    """Review 14d8f23 #8: the explainer ran its PyTorch draws with no slot, so a server stopped meanwhile could abort
+    (status 134). Each click now computes inside the slot, and says what it waits for while another run holds it."""
+    import threading
+
+    from app.shared.decode_slot import DECODE_SLOT
+
+    held = []
+    real = explainer.sample_counts
+    monkeypatch.setattr(explainer, "sample_counts",
+                        lambda *a, **k: (held.append(DECODE_SLOT.locked()), real(*a, **k))[1])
+    outputs = list(explainer.on_sample(0.5, 0, 1, n_draws=50))
+    assert held == [True] and "50 draws through the verification core" in outputs[-1][1]
+
+    release, holding = threading.Event(), threading.Event()
+
+    def race():
+        with DECODE_SLOT.hold(what="a Race"):
+            holding.set()
+            release.wait(10)
+    threading.Thread(target=race, daemon=True).start()
+    assert holding.wait(5)
+    clicks = explainer.on_sample(0.5, 0, 1, n_draws=50)
+    try:
+        assert "a Race has been running for" in next(clicks)[1] and held == [True]
+    finally:
+        release.set()
+    assert "draws through the verification core" in list(clicks)[-1][1] and held == [True, True]

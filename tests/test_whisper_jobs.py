@@ -156,3 +156,36 @@ def test_stop_cancels_a_queued_click_before_it_decodes(endless):
     wired("whisper_stop")(session)
     outputs = list(wired("whisper_transcribe")(*inputs(session=session)))
     assert "nothing ran" in outputs[-1][0] and not endless["started"].is_set()
+
+
+def test_closing_a_decode_that_ignores_its_stop_check_is_bounded(monkeypatch):
+    """Review 14d8f23 #7: closing a transcription joined its worker without a bound, so one decode stuck in a step
+    blocked whoever closed it (a Stop, the slot taking an abandoned run over, the exit hook). Now the join waits
+    JOIN_WAIT seconds and the transcription says it is still busy (the slot counts that as computing)."""
+    release, started = threading.Event(), threading.Event()
+
+    def stubborn(clip, options, should_stop=None):
+        started.set()
+        release.wait(30)  # a step that does not look at should_stop
+        raise Cancelled("stopped late")
+
+    monkeypatch.setattr(jobs, "transcribe", stubborn)
+    monkeypatch.setattr(jobs, "POLL", 0.05)
+    monkeypatch.setattr(jobs, "JOIN_WAIT", 0.3, raising=False)  # older code had no bound to set
+    job = jobs.transcribe_each(clip(SHORT_CLIPS[0]), [WhisperOptions(model=TINY, decoder="greedy")])
+    try:
+        for item in job:
+            if getattr(item, "phase", "") == "decoding":
+                break
+        assert started.is_set()
+        closer = threading.Thread(target=job.close, daemon=True)
+        closer.start()
+        closer.join(3)
+        assert not closer.is_alive(), "close() waited for a decode that ignores its stop check"
+        assert job.busy()
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while job.busy() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not job.busy() and not whisper_threads()

@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
+from app.shared.words import counted
 from app.shared.theme import (OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin,
                               visible_token, wrap_title)
 
@@ -128,7 +129,7 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     _nodes(fig, nodes, pos, {p[-1] for p in survivors if len(p) > 1}, {p[-1] for p in ended if len(p) > 1},
            trace.method)
     title = wrap_title(f"{trace.label} · iteration {it['index'] + 1} of {len(trace.iterations)} · "
-                       f"{len(it['beams'])} beams carried forward")
+                       f"{counted(len(it['beams']), 'beam')} carried forward")
     rows = max((y for _, y in pos.values()), default=0.0) + 1
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=int(max(320, min(900, 26 * rows + 120))),
                       margin={"l": 10, "r": 10, "t": title_margin(title), "b": 10}, hovermode="closest",
@@ -138,7 +139,7 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     counts = {s: sum(n["status"] == s for n in nodes) for s in FOREST_STATUS}
     summary = ", ".join(f"{v} {FOREST_LABELS[s]}" for s, v in counts.items() if v)
     return describe(fig, f"Beam forest of {trace.label} at iteration {it['index'] + 1}: {summary}; "
-                         f"{len(it['beams'])} beams carried forward.")
+                         f"{counted(len(it['beams']), 'beam')} carried forward.")
 
 
 def _edges(fig, nodes, pos, survivors, ended) -> None:
@@ -286,7 +287,7 @@ def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
                       height=300, xaxis={"title": "iteration", "dtick": max(1, len(trace.iterations) // 10)},
                       yaxis={"title": "score" if trace.method == "beam-search" else "score (not log p)"}, margin={"l": 50, "r": 10, "t": 50, "b": 40}, plot_bgcolor="white",
                       legend={"orientation": "h", "y": -0.3})
-    return describe(fig, f"Scores of {len(ys)} beams over {len(trace.iterations)} iterations.")
+    return describe(fig, f"Scores of {counted(len(ys), 'beam')} over {counted(len(trace.iterations), 'iteration')}.")
 
 
 TIP = 'style="text-decoration: underline dotted; cursor: help"'  # a header whose hover explains it
@@ -321,8 +322,9 @@ def summary_line(trace: BeamTrace | None) -> str:
         return ""
     totals = trace.totals or {}
     speed = totals.get("tokens_per_second")
-    parts = [trace.label, f"{totals.get('iterations', len(trace.iterations))} iterations",
-             f"{totals.get('target_forwards', 0)} target forwards", f"{totals.get('draft_forwards', 0)} draft forwards",
+    parts = [trace.label, counted(totals.get('iterations', len(trace.iterations)), 'iteration'),
+             counted(totals.get('target_forwards', 0), 'target forward'),
+             counted(totals.get('draft_forwards', 0), 'draft forward'),
              f"peak KV {totals.get('peak_kv_bytes', 0) / 1024:.0f} KiB"]
     if speed:
         parts.append(f"{speed:.1f} tokens/s")

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from decoders.trace import Trace
 
 from app.figures.tree import empty_figure
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 ADAPTIVE = ("adaedl", "max-confidence")
@@ -93,7 +94,8 @@ def controller_sentence(rnd) -> str:
     other = min(cap + 2, len(gain) - 1) if cap + 2 < len(gain) else max(cap - 2, 0)
     tail = f"; {other} would give {gain[other]:.2f}" if other != cap else ""
     if "m" in decision:  # a tree: the controller chose how many of the grown nodes to send
-        return (f"sent {cap} of the grown nodes after {decision['steps']} draft forwards: expected {gain[cap]:.2f} "
+        return (f"sent {cap} of the grown nodes after {counted(decision['steps'], 'draft forward')}: expected "
+                f"{gain[cap]:.2f} "
                 f"tokens per unit cost{tail}")
     head = (f"probe: drafted up to 1 although drafting nothing gains most ({gain[0]:.2f})" if decision.get("probe")
             else f"cap {cap}: expected {gain[cap]:.2f} tokens per unit cost")
@@ -196,7 +198,8 @@ def rounds_summary(trace: Trace, name: str, index: int | None) -> str:
     """The over-rounds panel in words (its text alternative)."""
     drafted = sum(r.n_drafted for r in trace.rounds)
     accepted = sum(r.n_accepted for r in trace.rounds)
-    text = (f"{len(trace.rounds)} rounds with rule {name}: {drafted} tokens drafted, {accepted} accepted; "
+    text = (f"{counted(len(trace.rounds), 'round')} with rule {name}: {counted(drafted, 'token')} drafted, "
+            f"{accepted} accepted; "
             f"drafted per round: {', '.join(str(r.n_drafted) for r in trace.rounds)}.")
     if name in ADAPTIVE and trace.rounds:
         text += f" λ after the last round: {_num(_after(trace.rounds[-1].rule, 'lam'))}."

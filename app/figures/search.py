@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from decoders.options import TREE_DRAFTERS
 from decoders.trace import RoundRecord, Trace
 
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, sig, title_margin, wrap_title
 
 METHOD_NAMES = {"eagle2": "EAGLE-2", "ddd": "DDD"}
@@ -73,8 +74,8 @@ def search_headline(trace: Trace, rnd: RoundRecord) -> str:
     pool = len(search.get("pool") or [])
     sent = len(search.get("chosen") or [])
     name = METHOD_NAMES.get((trace.options or {}).get("drafter"), "the tree drafter")
-    head = (f"Round {rnd.index + 1}/{len(trace.rounds)}: {name} grew {pool} candidates in {search.get('steps', 0)} "
-            f"steps, sent the {sent} most valuable; {rnd.n_accepted} accepted")
+    head = (f"Round {rnd.index + 1}/{len(trace.rounds)}: {name} grew {counted(pool, 'candidate')} in "
+            f"{counted(search.get('steps', 0), 'step')}, sent the {sent} most valuable; {rnd.n_accepted} accepted")
     return head + _stop_words(search)
 
 
@@ -84,7 +85,8 @@ def _stop_words(search: dict) -> str:
         cut = next((c for c in search.get("ddd") or [] if c.get("stop")), None)
         if cut is not None:
             return f" · DDD stopped before step {cut['step']}: H = {sig(cut['H'])} < x = {sig(cut['x'])}"
-    return {"depth": " · grew to its full depth", "budget": " · stopped at the step limit"}.get(stop, "")
+    # not "grew": the growth panel's title reads "how the tree grew" + these words
+    return {"depth": " · reached its full depth", "budget": " · stopped at the step limit"}.get(stop, "")
 
 
 # ---- the growth of one round --------------------------------------------------------------------------------
@@ -159,7 +161,8 @@ def _add_ddd_checks(fig: go.Figure, search: dict) -> None:
 
 
 def growth_summary(index: int, search: dict, rows: list) -> str:
-    text = (f"Round {index + 1}: {len(search.get('pool') or [])} candidates over {search.get('steps', 0)} steps; "
+    text = (f"Round {index + 1}: {counted(len(search.get('pool') or []), 'candidate')} over "
+            f"{counted(search.get('steps', 0), 'step')}; "
             f"frontier H per step: {', '.join(sig(r[1]) for r in rows)}.")
     checks = search.get("ddd") or []
     if checks:
@@ -239,5 +242,5 @@ def run_figure(trace: Trace, index: int | None = None, height: int = 420) -> go.
 
 def run_summary(buckets: list[dict], counts: list[int]) -> str:
     parts = [f"value {sig(b['lo'])}–{sig(b['hi'])}: {b['nodes']} nodes, {b['rate']:.0%} accepted" for b in buckets]
-    rounds = ", ".join(f"{n} rounds accepted {k}" for k, n in enumerate(counts) if n)
+    rounds = ", ".join(f"{counted(n, 'round')} accepted {counted(k, 'draft')}" for k, n in enumerate(counts) if n)
     return "Calibration over the run: " + "; ".join(parts) + f". {rounds}."

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 from decoders.stats import summarize
 from decoders.trace import Trace
 
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, stop_words
 
 from .runtime import runtime_html
@@ -46,8 +47,8 @@ def verdict_line(trace: Trace) -> str:
     if t["accepted"] == 0:
         return (f"0 drafts accepted (of {t['drafted']} drafted): speculation did nothing; every token came from "
                 "the target, and the drafting was pure overhead.")
-    return (f"{t['accepted']} of {t['drafted']} drafted tokens accepted: the target produced {t['tokens']} tokens "
-            f"in {t['target_forwards']} forwards.")
+    return (f"{t['accepted']} of {counted(t['drafted'], 'drafted token')} accepted: the target produced "
+            f"{counted(t['tokens'], 'token')} in {counted(t['target_forwards'], 'forward')}.")
 
 
 def stats_html(trace: Trace) -> str:

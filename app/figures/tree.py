@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from decoders.trace import RoundRecord, Trace
 
 from app.figures.search import PoolView, pool_view, search_headline
+from app.shared.words import counted
 from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
     visible_token, wrap_title, marks_in
 
@@ -182,7 +183,7 @@ def _value_lines(view: PoolView | None, node: int) -> list[str]:
     if entry is None:
         return []
     return [f"value = product of draft probs on the path = {sig(entry['value'])} "
-            f"(rank {view.rank[int(entry['id'])]} of {view.size} candidates; grown at step {entry['step']})"]
+            f"(rank {view.rank[int(entry['id'])]} of {counted(view.size, 'candidate')}; grown at step {entry['step']})"]
 
 
 def _rule_lines(check: dict | None) -> list[str]:
@@ -266,8 +267,8 @@ def _add_unsent_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, view: PoolVi
 
 
 def _unsent_hover(entries: list[dict], view: PoolView, shown: int = 6) -> str:
-    lines = [f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable of "
-             f"{view.size})"]
+    lines = [f"<b>{counted(len(entries), 'candidate')} grown but not sent</b> (outside the {len(view.entry)} most "
+             f"valuable of {view.size})"]
     for entry in entries[:shown]:
         token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
         lines.append(f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
@@ -314,7 +315,7 @@ def _title(trace: Trace, rnd: RoundRecord) -> str:
     reason = (rnd.rule or {}).get("reason", "")
     why = {"rule": "stopped by the rule", "limit": "hit the draft limit", "budget": "token budget",
            "no-match": "no n-gram match", "eos": "drafted end-of-sequence", "none": "no drafting"}.get(reason, reason)
-    head = f"Round {rnd.index + 1}/{len(trace.rounds)}: {rnd.n_accepted} of {rnd.n_drafted} drafts accepted"
+    head = f"Round {rnd.index + 1}/{len(trace.rounds)}: {rnd.n_accepted} of {counted(rnd.n_drafted, 'draft')} accepted"
     if trace.method != "speculative":
         head = f"Round {rnd.index + 1}/{len(trace.rounds)}: a plain target step (baseline)"
     return head + (f" · {why}" if why and trace.method == "speculative" else "")

@@ -19,6 +19,7 @@ from decoders.whisper.trace import WhisperTrace
 from decoders.whisper.wer import align, wer
 
 from app.figures.tree import tidy_layout
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, describe, sig, title_margin, visible_token, wrap_title
 
 BEAM_COLORS = {"root": "#4c4c4c", "kept": OKABE_ITO["blue"], "finished": OKABE_ITO["bluish green"],
@@ -85,7 +86,7 @@ def beam_figure(trace: WhisperTrace | None, step: int | None = None,
     _nodes(fig, trace, graph, pos, path, step)
     note = _mark_divergence(fig, trace, reference, split, chosen, pos)
     title = wrap_title(f"{trace.label}: “{trace.output_text.strip()[:70]}” · step {step + 1} of {len(trace.steps)} · "
-                       f"{len(trace.steps[step].candidates)} candidates")
+                       + counted(len(trace.steps[step].candidates), "candidate"))
     if note:  # its own line, in the divergence's colour (a plotly annotation collided with the title on phones)
         title += f"<br><span style='color:{OKABE_ITO['reddish purple']}'>{note}</span>"
     rows = len({round(y, 3) for _, y in pos.values()})

@@ -7,6 +7,8 @@ data (ZeroGPU runs them in a forked worker and pickles what crosses), so they ta
 dicts, never models or Trace objects with live state.
 
 `registry_only()` says whether visitors may name any model or only the registry's (on by default on a Space).
+`max_prompt_tokens()` is the longest prompt a visitor may send (SPECLAB_MAX_PROMPT_TOKENS; unset: no cap locally,
+SPACE_MAX_PROMPT_TOKENS on a Space): one visitor's 50,000-character prompt held a shared server for minutes.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import os
 from typing import Callable
 
 from decoders.options import OptionsError
+
+from app.shared.words import counted
 
 try:  # pragma: no cover - depends on the host
     import spaces as _spaces
@@ -58,3 +62,47 @@ def check_model_allowed(name: str | None, role: str = "target model") -> None:
     if name.strip().lower() not in {n.lower() for n in REGISTRY}:
         raise OptionsError(f"this server only runs the listed models, so {role} {name!r} is not available here; "
                            f"choose one of: {', '.join(REGISTRY)}")
+
+
+# ---- how long a prompt a visitor may send -----------------------------------------------------------------------
+
+MAX_PROMPT_SETTING = "SPECLAB_MAX_PROMPT_TOKENS"
+# On a Space: reading 1,024 prompt tokens takes the Qwen2.5-Coder-1.5B target about 40 s on 2 CPU cores (about 8 s
+# per 128-token chunk there under load, less on a quiet one) and SmolLM2 a few seconds; every example prompt is
+# shorter.
+SPACE_MAX_PROMPT_TOKENS = 1024
+
+
+def max_prompt_tokens() -> int | None:
+    """The most prompt tokens (the target's tokenizer, chat template included) one run may read; None: no cap.
+
+    SPECLAB_MAX_PROMPT_TOKENS=N caps at N (0 or "none": no cap); unset, a Space (SPACE_ID is set there) caps at
+    SPACE_MAX_PROMPT_TOKENS and anywhere else nothing is capped. A value that is not a whole number is a
+    configuration error: the server's log says so and the Space default applies."""
+    setting = os.environ.get(MAX_PROMPT_SETTING, "").strip().lower()
+    if not setting:
+        return SPACE_MAX_PROMPT_TOKENS if os.environ.get("SPACE_ID") else None
+    if setting in ("0", "none"):
+        return None
+    try:
+        cap = int(setting)
+    except ValueError:
+        cap = -1
+    if cap < 1:
+        from app.shared.errors import LOG
+
+        LOG.error("%s=%r is not a whole number of tokens; capping prompts at %d", MAX_PROMPT_SETTING,
+                  os.environ[MAX_PROMPT_SETTING], SPACE_MAX_PROMPT_TOKENS)
+        return SPACE_MAX_PROMPT_TOKENS
+    return cap
+
+
+def check_prompt_length(n_tokens: int) -> None:
+    """Raise OptionsError (one line, with the fix) for a prompt over max_prompt_tokens()."""
+    cap = max_prompt_tokens()
+    if cap is not None and n_tokens > cap:
+        raise OptionsError(f"the prompt is {n_tokens} tokens, and this server reads at most {cap} prompt tokens per "
+                           f"run ({MAX_PROMPT_SETTING}) so that one run cannot hold it for minutes; cut at least "
+                           f"{counted(n_tokens - cap, 'token')} (about {4 * (n_tokens - cap)} characters of English) "
+                           "from the "
+                           "prompt, or run SpecLab on your own machine (no cap there by default)")

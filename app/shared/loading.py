@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from typing import Callable, Iterator
 
 from decoders.api import draft_for, load_draft as api_load_draft
 from decoders.options import DecodeOptions
 from decoders.trace import Trace
 
-from app.shared.decode_slot import DECODE_SLOT
+from app.shared.decode_slot import DECODE_SLOT, Turn
+from app.shared.hosting import check_prompt_length, max_prompt_tokens
 
 # Where each loading step sits on the progress bar, for loaders that report messages without a fraction. The
 # one-time conversion dominates a first load; a cached load is the "loading from cache" step alone.
@@ -73,18 +74,45 @@ def load_models(options: DecodeOptions, report=None) -> tuple[object, object | N
 
 
 @contextlib.contextmanager
-def loaded(*runs: DecodeOptions, report=None):
-    """Load every model these runs need inside the decode slot, then keep them held until the block ends.
+def loaded(*runs: DecodeOptions, report=None, turn: Turn | None = None):
+    """Load every model these runs need inside the decode slot (after `turn`'s wait in line, when given), then keep
+    them held until the block ends.
 
     Inside the slot: a load is a minute of CPU work on a first conversion, and it must not run while another tab's
     race is being timed. Held afterwards: nothing can evict them (decoders/residency.py) between this load and the
-    decode that uses them, which takes the slot again for itself."""
-    with DECODE_SLOT.hold():
+    decode that uses them, which takes the slot again for itself (and loads them there again: cache hits)."""
+    with DECODE_SLOT.hold(what="a model load", turn=turn):
         pairs = [load_models(options, report) for options in runs]
     with contextlib.ExitStack() as holding:
         for target, draft in pairs:
             holding.enter_context(_models_module().hold(target, draft))
         yield pairs
+
+
+def loaded_run(options: DecodeOptions, decode: Callable[[object, object | None], Iterator]) -> Iterator:
+    """A run's decoder that loads its models first, so that the slot iterating it covers the load too (after
+    `loaded`, cache hits): `decode(target, draft)` is the decoder proper."""
+    target, draft = load_models(options)
+    yield from decode(target, draft)
+
+
+def check_loadable(name: str) -> None:
+    """decoders.models.check_loadable: seconds, no weights (tests that load tiny models by other names skip it)."""
+    _models_module().check_loadable(name)
+
+
+def check_before_waiting(prompts: str | list[str], *runs: DecodeOptions) -> None:
+    """What can fail in seconds, before a run waits for the decode slot: a model that cannot load from here (a hub id
+    with no hub to send it) and a prompt longer than this server reads (hosting.max_prompt_tokens)."""
+    models = _models_module()
+    for name in dict.fromkeys(name for options in runs for name in (options.model, draft_name(options)) if name):
+        check_loadable(name)
+    if max_prompt_tokens() is None:
+        return
+    for options in runs[:1]:  # every run of a race reads the prompt with the same target's tokenizer
+        tokenizer = models.load_tokenizer(options.model).tokenizer
+        for prompt in [prompts] if isinstance(prompts, str) else prompts:
+            check_prompt_length(len(models.encode_prompt(tokenizer, prompt, options.chat)))
 
 
 def dtype_line(trace: Trace, why: bool = False) -> str:

@@ -17,12 +17,13 @@ from decoders.beams.trace import BeamTrace, BeamTraceError
 from decoders.api import draft_for
 from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
 
+from app.shared.numbers import whole_number
 from app.shared import loading
 from app.shared.hosting import check_model_allowed, gpu, registry_only
 from app.figures.forest import (DSBD_NOTE, candidates_html, forest_figure, scores_figure, summary_line,
                                 width_figure)
 from app.shared.session import RunSession
-from app.shared.decode_slot import DECODE_SLOT
+from app.shared.decode_slot import DECODE_SLOT, QUEUE_LIMIT
 
 DEFAULT_MODEL = "smollm2-135m"
 SAME_AS_PAIRING = "registry pairing"  # the draft box's default: the target's default draft (DSBD only)
@@ -59,11 +60,13 @@ def options_for(method: str, model: str, draft: str | None, width, gamma, thres,
     draft = None if not draft or draft == SAME_AS_PAIRING or method != "dsbd" else draft.strip()
     if method == "dsbd" and draft is None and _pairing(model) is None:
         draft = model  # no smaller draft pairs with this model: it drafts for itself (self_draft_note says so)
+    numbers = dict(width=whole_number(width, "width"), gamma=whole_number(gamma, "γ"),
+                   min_width=whole_number(min_width, "min width"),
+                   max_new_tokens=whole_number(max_tokens, "max tokens"), seed=whole_number(seed, "seed", 0))
     try:
-        numbers = dict(width=int(width), gamma=int(gamma), min_width=int(min_width), thres=float(thres),
-                       max_new_tokens=int(max_tokens), seed=int(seed))
+        numbers["thres"] = float(thres)
     except (TypeError, ValueError):
-        raise OptionsError("width, γ, min width, max tokens and seed must be whole numbers; thres a number") from None
+        raise OptionsError(f"thres must be a number, got {thres!r}") from None
     return DecodeOptions(method=method, model=model, draft_model=draft, one_input_beam=MEMORY_MODES[memory],
                          temperature=0.0 if method == "beam-search" else 1.0, **numbers).validate()
 
@@ -103,19 +106,21 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
         yield {**_skip(), "status": "Cancelled: Stop was pressed while this run waited; nothing ran."}
         return
     note = self_draft_note(options)
-    iterations, trace = None, None
+    iterations = None
     try:
+        loading.check_before_waiting(prompt, options)  # seconds: a model that cannot load here, a prompt over the cap
         yield {**_skip(), "status": note + f"Loading {options.model}" + (
             f" and {draft_name}" if draft_name and draft_name != options.model else "") + " (after any run in "
             "another tab) …", "error": ""}
-        with loading.loaded(options):  # loaded inside the decode slot, then held: no eviction before the decode
-            iterations = decode_iterations(options.to_dict(), prompt, draft_name)
-            for data in iterations:
-                trace = BeamTrace.from_dict(data)
-                session.latest = trace
-                if session.stop_requested.is_set():
-                    break  # the finally below closes the decoder (its caches go with it)
-                yield {**views(trace), "status": note + summary_line(trace)}
+        with DECODE_SLOT.queue(SLOT_NAME) as turn:
+            for line in turn.lines(stop=session.stop_requested.is_set):
+                yield {**_skip(), "status": note + line}
+            if turn.cancelled:
+                yield {**_skip(), "status": NOT_STARTED}
+                return
+            with loading.loaded(options, turn=turn):  # loaded inside the slot, then held: no eviction before the decode
+                iterations = decode_iterations(options.to_dict(), prompt, draft_name)
+                yield from _iterations(iterations, session, note)
     except (OptionsError, BeamTraceError, RuntimeError, ValueError, OSError, *loading.model_error_types()) as err:
         yield _error(str(err))
         return
@@ -126,26 +131,54 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
         if iterations is not None:
             iterations.close()
         session.end()
+    trace = session.latest
     if trace is not None and session.stop_requested.is_set():
         trace.stop_reason = "cancelled"
         yield {**views(trace), "status": "Stopped. " + summary_line(trace)}
 
 
+SLOT_NAME = "a Beams run"  # what a Beams run is called to the runs waiting behind it (app/shared/decode_slot.py)
+NOT_STARTED = "Stopped before your run started: it was waiting for its turn; nothing ran."
+
+
+def _iterations(iterations: Iterator[dict], session: RunSession, note: str) -> Iterator[dict]:
+    """The drawn iterations until the run ends or Stop (the caller's finally then closes the decoder)."""
+    for data in iterations:
+        if "waiting" in data:  # another run took the slot between the load and the decode
+            if session.stop_requested.is_set():
+                return
+            yield {**_skip(), "status": note + data["waiting"]}
+            continue
+        trace = BeamTrace.from_dict(data)
+        session.latest = trace
+        if session.stop_requested.is_set():
+            return
+        yield {**views(trace), "status": note + summary_line(trace)}
+
+
 @gpu(duration=120)
 def decode_iterations(options: dict, prompt: str, draft_name: str | None) -> Iterator[dict]:
-    """Plain beam-trace dicts: at most one per STREAM_EVERY seconds, and always the last. Closing this generator
-    closes the decoder's, whose `finally` frees every cache."""
+    """Plain beam-trace dicts: at most one per STREAM_EVERY seconds, and always the last; before them, {"waiting":
+    line} while another run holds the decode slot. Closing this generator closes the decoder's, whose `finally`
+    frees every cache."""
     from decoders.api import stream
 
     opts = DecodeOptions.from_dict(options)
-    target = loading.load(opts.model, opts)
-    draft = loading.load_draft(draft_name, opts) if draft_name else None
+
+    def decoder():  # loads inside the slot that iterates it (cache hits: run_beams loaded them)
+        target = loading.load(opts.model, opts)
+        draft = loading.load_draft(draft_name, opts) if draft_name else None
+        yield from stream(opts, prompt, target=target, draft=draft)
+
     trace, last = None, 0.0
-    with DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
-        for trace in lease.items():
-            if time.monotonic() - last >= STREAM_EVERY:
-                yield trace.to_dict()
-                last = time.monotonic()
+    with DECODE_SLOT.queue(SLOT_NAME) as turn:
+        for line in turn.lines():
+            yield {"waiting": line}
+        with DECODE_SLOT.hold(decoder(), turn=turn) as lease:
+            for trace in lease.items():
+                if time.monotonic() - last >= STREAM_EVERY:
+                    yield trace.to_dict()
+                    last = time.monotonic()
     if trace is not None:
         yield trace.to_dict()
 
@@ -246,7 +279,7 @@ def build() -> dict:
             min_width = gr.Slider(1, 8, value=1, step=1, label="min width (DSBD: K_min)")
             memory = gr.Radio(list(MEMORY_MODES), value=next(iter(MEMORY_MODES)), label="memory mode (DSBD)")
             max_tokens = gr.Slider(1, 256, value=48, step=1, label="max tokens")
-            seed = gr.Number(0, precision=0, label="seed")
+            seed = gr.Number(0, precision=None, label="seed")  # what was typed: 1.5 is refused, not rounded
     out = {"status": gr.Markdown("", elem_id="bm-status"), "error": gr.HTML("", elem_id="bm-error"),
            "iteration": gr.Slider(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
                                   elem_id="bm-iteration"),
@@ -264,7 +297,7 @@ def build() -> dict:
     outs = [out[n] for n in OUTPUTS]
     inputs = [prompt, model, draft, method, width, gamma, thres, min_width, memory, max_tokens, seed, session]
 
-    run.click(run_outputs, inputs, outs, concurrency_limit=1, concurrency_id="beams", api_name="beams_run")
+    run.click(run_outputs, inputs, outs, concurrency_limit=QUEUE_LIMIT, concurrency_id="beams", api_name="beams_run")
     stop_btn.click(stop_outputs, [session], [out[n] for n in STOP_OUTPUTS], api_name="beams_stop")
     out["iteration"].input(iteration_outputs, [out["trace"], out["iteration"]], [out[n] for n in VIEWS],
                            trigger_mode="always_last", api_name="beams_iteration")

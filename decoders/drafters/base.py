@@ -8,12 +8,14 @@ observe(n_before, n_accepted, path=, features=)
 score(target, tree, hidden)            the verification forward (default: target.forward_tree)
 use_kv(plan)                           keep the drafter's own KV cache as the run's plan says (static buffers)
 close()                                free caches; called from the loop's `finally`, also on cancel
+start(ids, features=) / start_steps(...)  the prompt is known: prefill the drafter's own state (in steps the loop
+                                       can stop between: a draft model reads a long prompt in chunks)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -53,6 +55,15 @@ class Drafter:
         features: (len(ids) - 1, H) the target's last hidden states over the prefill, only when wants_target_hidden.
         """
 
+    def start_steps(self, ids: list[int], features: torch.Tensor | None = None) -> Iterator[int]:
+        """start() in steps the loop can stop between (a draft model reading a long prompt takes minutes on a CPU),
+        yielding the prompt tokens read so far after each. Default: start() in one step, nothing to yield."""
+        if features is None:
+            self.start(ids)
+        else:
+            self.start(ids, features=features)
+        yield from ()
+
     def propose(self, ids: list[int], limit: int, rule: DraftRule, warp: Warp, generator: torch.Generator,
                 record: bool) -> Proposal:
         raise NotImplementedError
@@ -91,6 +102,19 @@ class Drafter:
 
     def close(self) -> None:
         """Release caches."""
+
+
+class ReadsPrompt:
+    """Mixin for a drafter with a draft model of its own (`self.runner`, a CachedModel): it reads the prompt but the
+    pending last token (which propose feeds) in prefill chunks, as the target does."""
+
+    def start_steps(self, ids: list[int], features=None) -> Iterator[int]:
+        for read, _ in self.runner.prefill(ids[:-1]):
+            yield read
+
+    def start(self, ids: list[int], features=None) -> None:
+        for _ in self.start_steps(ids):
+            pass
 
 
 class NoDraft(Drafter):

@@ -4,18 +4,14 @@ from __future__ import annotations
 from torch import nn
 
 from ..runner import CachedModel
-from .base import Drafter, Proposal, draft_chain
+from .base import Drafter, Proposal, ReadsPrompt, draft_chain
 
 
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(ReadsPrompt, Drafter):  # ReadsPrompt: its start (the prompt, in prefill chunks)
     name = "draft-model"
 
     def __init__(self, model: nn.Module):
         self.runner = CachedModel(model)
-
-    def start(self, ids: list[int]) -> None:
-        if len(ids) > 1:
-            self.runner.forward(ids[:-1], last_only=True)  # prefill; the pending token is fed by propose
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         unseen = ids[self.runner.length:]  # committed tokens the draft has not consumed: the pending one, maybe more

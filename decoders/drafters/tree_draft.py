@@ -28,7 +28,7 @@ from ..errors import OptionsError
 from ..runner import CachedModel
 from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
-from .base import Drafter, DraftStop, Proposal
+from .base import Drafter, DraftStop, Proposal, ReadsPrompt
 
 # EAGLE-1 / Medusa style static tree: each path lists, per depth, the rank of the draft's candidate to take (0 = its
 # most likely token). Top-heavy like the trees those papers use: wide near the root, one deep chain of top-1 picks.
@@ -244,7 +244,7 @@ def draft_log_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
     return torch.log(probs.clamp_min(1e-30))
 
 
-class DynamicTreeDrafter(Drafter):
+class DynamicTreeDrafter(ReadsPrompt, Drafter):  # ReadsPrompt: its start (the prompt, in prefill chunks)
     """EAGLE-2's dynamic tree (or DDD's, by its shape) grown by a separate draft model with its own KV cache."""
 
     offers_distribution = True
@@ -257,10 +257,6 @@ class DynamicTreeDrafter(Drafter):
         self.runner = CachedModel(model)
         self.shape = shape
         self.name = name
-
-    def start(self, ids: list[int]) -> None:
-        if len(ids) > 1:
-            self.runner.forward(ids[:-1], last_only=True)  # prefill; the pending token is fed by propose
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         if limit <= 0:

@@ -26,6 +26,7 @@ from app.shared import loading
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.session import RunSession
+from app.shared.words import counted
 from app.tabs.generate.views import interesting_round
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
@@ -64,7 +65,7 @@ def parse_seeds(text: str, n: int) -> list[int] | None:
     if len(seeds) == 1:
         return seeds * n
     if len(seeds) != n:
-        raise OptionsError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
+        raise OptionsError(f"{len(seeds)} seeds for {counted(n, 'prompt')}: give one seed, or one per prompt")
     return seeds
 
 
@@ -98,18 +99,30 @@ def run_batch(prompts_text: str, model: str, method: str, drafter: str, max_toke
         return
     batch = None
     try:
+        loading.check_before_waiting(prompts, options)  # seconds: a model that cannot load here, a prompt over the cap
         yield {**_skip(), "status": f"Loading {options.model} (after any run in another tab)…", "error": ""}
         report = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
-        with loading.loaded(options, report=report):
-            rounds = decode_batch(options.to_dict(), prompts, seeds)
-            try:
-                for data in rounds:
-                    batch = BatchTrace.from_dict(data)
-                    if session.stop_requested.is_set():
-                        break
-                    yield views(batch)
-            finally:
-                rounds.close()  # the decoder's finally frees every cache
+        with DECODE_SLOT.queue(SLOT_NAME) as turn:
+            for line in turn.lines(stop=session.stop_requested.is_set):
+                yield {**_skip(), "status": line}
+            if turn.cancelled:
+                yield {**_skip(), "status": NOT_STARTED}
+                return
+            with loading.loaded(options, report=report, turn=turn):
+                rounds = decode_batch(options.to_dict(), prompts, seeds)
+                try:
+                    for data in rounds:
+                        if "waiting" in data:  # another run took the slot between the load and the decode
+                            if session.stop_requested.is_set():
+                                break
+                            yield {**_skip(), "status": data["waiting"]}
+                            continue
+                        batch = BatchTrace.from_dict(data)
+                        if session.stop_requested.is_set():
+                            break
+                        yield views(batch)
+                finally:
+                    rounds.close()  # the decoder's finally frees every cache
     except (OptionsError, TraceError, RuntimeError, ValueError, *loading.model_error_types()) as err:
         yield _error(str(err))
         return
@@ -122,20 +135,37 @@ def run_batch(prompts_text: str, model: str, method: str, drafter: str, max_toke
         yield {**views(batch), "status": "Stopped: the decoder closed and freed its caches. " + status_line(batch)}
 
 
+SLOT_NAME = "a Batch run"  # what a batch is called to the runs waiting behind it (app/shared/decode_slot.py)
+NOT_STARTED = "Stopped before your batch started: it was waiting for its turn; nothing ran."
+
+
+def stop(session: RunSession | None) -> str:
+    """The Stop button: the running batch ends at its next round; say so, or that nothing runs."""
+    if session is None or not (session.running or session.queued):
+        return "Nothing to stop: no batch is running in this tab."
+    session.request_stop()
+    return "Stopping at the next round …"
+
+
 @gpu(duration=120)
 def decode_batch(options: dict, prompts: list[str], seeds: list[int] | None) -> Iterator[dict]:
-    """Plain batch-trace dicts: at most one per STREAM_EVERY seconds, and always the last."""
+    """Plain batch-trace dicts: at most one per STREAM_EVERY seconds, and always the last; before them,
+    {"waiting": line} while another run holds the decode slot. The models load inside the slot."""
     from decoders.api import stream_batch
 
     opts = DecodeOptions.from_dict(options)
-    target, draft = loading.load_models(opts)
     batch, last = None, 0.0
-    with DECODE_SLOT.hold(stream_batch(opts, prompts, seeds, target=target, draft=draft)) as lease:
-        for batch in lease.items():
-            done = all(row.stop_reason for row in batch)
-            if done or time.monotonic() - last >= STREAM_EVERY:
-                yield batch.to_dict()
-                last = time.monotonic()
+    with DECODE_SLOT.queue(SLOT_NAME) as turn:
+        for line in turn.lines():
+            yield {"waiting": line}
+        decoder = loading.loaded_run(opts, lambda target, draft: stream_batch(opts, prompts, seeds, target=target,
+                                                                              draft=draft))
+        with DECODE_SLOT.hold(decoder, turn=turn) as lease:
+            for batch in lease.items():
+                done = all(row.stop_reason for row in batch)
+                if done or time.monotonic() - last >= STREAM_EVERY:
+                    yield batch.to_dict()
+                    last = time.monotonic()
     if batch is not None:
         yield batch.to_dict()
 
@@ -144,7 +174,8 @@ def status_line(batch: BatchTrace) -> str:
     done = sum(1 for row in batch if row.stop_reason)
     t = batch.totals or batch.summarize()
     rate = t.get("tokens_per_second")
-    return (f"{len(batch)} rows, {done} finished · {t['tokens']} tokens in {len(batch.rounds)} batched rounds · "
+    return (f"{counted(len(batch), 'row')}, {done} finished · {counted(t['tokens'], 'token')} in "
+            f"{counted(len(batch.rounds), 'batched round')} · "
             f"{'–' if rate is None else f'{rate:.1f}'} tokens/s in total · {batch.label}")
 
 
@@ -162,8 +193,9 @@ def row_views(batch: BatchTrace, row: int, index: int | None = None) -> dict:
         index = interesting_round(trace) if trace.stop_reason else n - 1
     index = max(0, min(int(index), n - 1))
     return {"lanes": lanes_html(batch, row), "row": row,
-            "row_title": f"**Row {row + 1}**: “{_short(trace.prompt)}” · {len(trace.output_ids)} tokens in {n} "
-                         f"rounds · stop: {trace.stop_reason or 'decoding'}",
+            "row_title": f"**Row {row + 1}**: “{_short(trace.prompt)}” · "
+                         f"{counted(len(trace.output_ids), 'token')} in {counted(n, 'round')} · "
+                         f"stop: {trace.stop_reason or 'decoding'}",
             # the legend without a round outline: legend_html's outline CSS targets the Generate tab's text
             "row_text": provenance_spans(trace), "legend": legend_html(),
             "row_stats": stats_html(trace),
@@ -238,7 +270,9 @@ def measure_here(prompts_text: str, model: str, drafter: str, max_tokens, sessio
         return
     rows: list[dict] = []
     try:
-        yield {"throughput": gr.skip(), "why": "Measuring B = 1, 2, 4 (batched baseline and batched speculative)…"}
+        loading.check_before_waiting(prompts, options)
+        yield {"throughput": gr.skip(), "why": "Measuring B = 1, 2, 4 (batched baseline and batched speculative), "
+                                               "after any run in another tab…"}
         with loading.loaded(options):
             for data in measure_rows(options.to_dict(), prompts):
                 if session.stop_requested.is_set():
@@ -258,12 +292,13 @@ def measure_rows(options: dict, prompts: list[str], batches=(1, 2, 4)) -> Iterat
     from decoders.api import generate_batch
 
     opts = replace(DecodeOptions.from_dict(options), temperature=0.0, record=False)
-    target, draft = loading.load_models(opts)
+    with DECODE_SLOT.hold(what="a Batch throughput measurement (loading)"):  # a load is PyTorch work too
+        target, draft = loading.load_models(opts)
     for b in batches:
         rows = [prompts[i % len(prompts)] for i in range(b)]
         for key, method in (("baseline", "baseline"), (opts.drafter, "speculative")):
             run = replace(opts, method=method)
-            with DECODE_SLOT.hold(None):
+            with DECODE_SLOT.hold(what="a Batch throughput measurement"):
                 batch = generate_batch(run, rows, target=target, draft=draft if method != "baseline" else None)
             yield {"batch": b, "method": key, "tokens_per_second": batch.totals["tokens_per_second"],
                    "tau": batch.totals["tau"]}

@@ -6,6 +6,7 @@ import gradio as gr
 from decoders.batch import batched_drafters
 
 from app.figures.batch import LANES_JS, lanes_html, throughput_figure
+from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared.hosting import registry_only
 from app.shared.session import RunSession
 from app.shared.theme import PROVENANCE_COLORS, empty_figure
@@ -86,10 +87,8 @@ def build() -> None:
             results.close()
 
     run.click(run_fn, [prompts, model, method, drafter, max_tokens, temperature, seeds, session], outs,
-              concurrency_limit=1, concurrency_id="decode", api_name="batch_run")
-    stop_btn.click(lambda s: (s.request_stop() if s is not None and (s.running or s.queued) else None,
-                              "Stopping at the next round …")[1],
-                   [session], [out["status"]], api_name="batch_stop")
+              concurrency_limit=QUEUE_LIMIT, concurrency_id="decode", api_name="batch_run")
+    stop_btn.click(handlers.stop, [session], [out["status"]], api_name="batch_stop")
     row_outs = [out[n] for n in handlers.ROW_OUTPUTS]
     row_tuple = as_tuple(handlers.ROW_OUTPUTS, out)
 
@@ -105,7 +104,7 @@ def build() -> None:
             yield result.get("throughput", gr.skip()), result.get("why", gr.skip())
 
     measure.click(measure_fn, [prompts, model, drafter, max_tokens, session], [throughput, why],
-                  concurrency_limit=1, concurrency_id="decode", api_name="batch_measure")
+                  concurrency_limit=QUEUE_LIMIT, concurrency_id="decode", api_name="batch_measure")
 
     def recorded_fn(mo):  # another target: its recorded figures (bench/results/batch-<target>.json), if any
         result = handlers.throughput_views(*handlers.recorded_throughput(mo))

@@ -17,10 +17,12 @@ from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD, opening_differe
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
-from app.shared.loading import dtype_line, load_models, loaded, model_error_types
+from app.shared.numbers import whole_field
+from app.shared.loading import check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import RunSession
 from app.shared.theme import stop_words
+from app.shared.words import counted
 from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
 
 
@@ -86,16 +88,15 @@ def _eagle_head(values: dict) -> str | None:
 
 
 def _int(values: dict, key: str, default: int) -> int:
-    value = values.get(key)
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise OptionsError(f"{key} must be a whole number, got {value!r}") from None
-    if number != int(number):
-        raise OptionsError(f"{key} must be a whole number, got {value!r}")
-    return int(number)
+    """A whole-number control: absent (an API call without it) is its default; empty, fractional or not a number is
+    refused (app/shared/numbers.py)."""
+    return whole_field(values, key, LABELS.get(key, key), default)
+
+
+# The boxes' labels, for messages about what was typed into them.
+LABELS = {"max_new_tokens": "max new tokens", "seed": "seed", "gamma": "γ", "max_draft": "max draft (L_max)",
+          "ngram": "n-gram", "top_k": "top-k", "tree_k": "K", "tree_depth": "D", "tree_m": "M",
+          "ddd_steps": "DDD steps", "ddd_width": "DDD width"}
 
 
 def _float(values: dict, key: str, default):
@@ -133,25 +134,35 @@ _PARSERS = {
 
 @gpu(duration=120)
 def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
-    """Stream a run as plain trace dicts: at most one per `every` seconds, and always the finished trace.
+    """Stream a run as plain trace dicts: at most one per `every` seconds, and always the finished trace; before it,
+    {"waiting": line} while another run holds the decode slot.
 
-    Plain data in and out, so it can run in ZeroGPU's forked worker. Closing this generator (Stop) closes the
-    core's generator, whose `finally` frees every cache; so does a later run taking over an abandoned one.
+    Plain data in and out, so it can run in ZeroGPU's forked worker. The models load inside the slot (cache hits:
+    `loaded` loaded them). Closing this generator (Stop) closes the core's generator, whose `finally` frees every
+    cache; so does a later run taking over an abandoned one.
     """
     from decoders.api import stream
 
     opts = DecodeOptions.from_dict(options)
-    target, draft = load_models(opts)
-    trace = None
-    with DECODE_SLOT.hold(stream(opts, prompt, target=target, draft=draft)) as lease:
-        last = time.monotonic()
-        for trace in lease.items():
-            now = time.monotonic()
-            if every >= 0 and now - last >= every:
-                yield trace.to_dict()
-                last = time.monotonic()
+    with DECODE_SLOT.queue(slot_name(opts)) as turn:
+        for line in turn.lines():
+            yield {"waiting": line}
+        decoder = loaded_run(opts, lambda target, draft: stream(opts, prompt, target=target, draft=draft))
+        trace = None
+        with DECODE_SLOT.hold(decoder, turn=turn) as lease:
+            last = time.monotonic()
+            for trace in lease.items():
+                now = time.monotonic()
+                if every >= 0 and now - last >= every:
+                    yield trace.to_dict()
+                    last = time.monotonic()
     if trace is not None:
         yield trace.to_dict()
+
+
+def slot_name(options: DecodeOptions) -> str:
+    """What a Generate run is called to the runs waiting behind it (app/shared/decode_slot.py)."""
+    return f"a Generate run ({options.model})"
 
 
 def admit(session: RunSession | None) -> None:
@@ -184,13 +195,21 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
         prompt = str(controls.get("prompt") or "")
         if not prompt.strip():
             raise OptionsError("the prompt is empty; type something for the model to continue, or pick an example")
+        check_before_waiting(prompt, options)  # seconds: a model that cannot load here, a prompt over the cap
         yield {"status": f"Loading {options.model} (after any run in another tab)…", "error": ""}
-        with loaded(options, report=lambda fraction, message: progress(fraction, desc=message)) as [(target, _)]:
-            n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
-            yield {"status": f"Processing the prompt ({n_prompt} tokens) with {options.model} "
-                             f"({_dtype_of(target)})… the first round follows."}
-            live = bool(controls.get("live", True))
-            yield from _decode(options, prompt, live, session)
+        with DECODE_SLOT.queue(slot_name(options)) as turn:
+            for line in turn.lines(stop=session.stop_requested.is_set):
+                yield {"status": line}
+            if turn.cancelled:
+                yield {"status": NOT_STARTED}
+                return
+            with loaded(options, report=lambda fraction, message: progress(fraction, desc=message),
+                        turn=turn) as [(target, _)]:
+                n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
+                yield {"status": f"Processing the prompt ({counted(n_prompt, 'token')}) with {options.model} "
+                                 f"({_dtype_of(target)})… the first round follows."}
+                live = bool(controls.get("live", True))
+                yield from _decode(options, prompt, live, session)
     except OptionsError as err:
         yield _error(str(err))
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
@@ -199,11 +218,21 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
         yield _error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
+NOT_STARTED = "Stopped before your run started: it was waiting for its turn; nothing ran."
+
+
 def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
-    """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run."""
+    """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run. Before
+    the first round: what the run waits for, then how far the prompt has been read."""
     rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL)
     try:
         for data in rounds:
+            if "waiting" in data:  # another run took the slot between the load and the decode
+                if session.stop_requested.is_set():
+                    yield {"status": NOT_STARTED}
+                    return
+                yield {"status": data["waiting"]}
+                continue
             trace = Trace.from_dict(data)
             session.latest = trace
             if session.stop_requested.is_set():
@@ -211,9 +240,20 @@ def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession
                 _mark_stopped(trace)
                 yield _views(trace)  # the run's own last word: right even when Stop gave up waiting for it
                 return
+            if trace.prefill and not trace.stop_reason:
+                yield {"status": _reading_line(trace)}
+                continue
             yield _views(trace) if live or trace.stop_reason else {}
     finally:
         rounds.close()  # the core's finally frees every cache
+
+
+def _reading_line(trace: Trace) -> str:
+    """'Reading the prompt: 1,024 of 8,322 tokens (the target; Stop ends it within one chunk)…'"""
+    where = trace.prefill
+    who = "the target" if where["model"] == "target" else "the draft model, after the target"
+    return (f"Reading the prompt: {where['read']:,} of {counted(where['of'], 'token')} ({who}; Stop ends it within "
+            "one chunk)…")
 
 
 def _dtype_of(model) -> str:
@@ -235,13 +275,14 @@ def _mark_stopped(trace: Trace) -> None:
 
 
 def _status(trace: Trace) -> str:
-    rounds = len(trace.rounds)
+    made = f"{counted(len(trace.output_ids), 'token')} in {counted(len(trace.rounds), 'round')}"
     dtype = dtype_line(trace, why=bool(trace.stop_reason))
     if trace.stop_reason == "cancelled":
-        return (f"Stopped: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype}); the decoder closed and freed "
-                "its caches.")
+        if trace.prefill:
+            made = f"while reading the prompt ({trace.prefill['read']:,} of {trace.prefill['of']:,} tokens read)"
+        return f"Stopped: {made} ({dtype}); the decoder closed and freed its caches."
     done = stop_words(trace.stop_reason) if trace.stop_reason else None
-    return f"{'Done' if done else 'Decoding'}: {len(trace.output_ids)} tokens in {rounds} rounds ({dtype})" + \
+    return f"{'Done' if done else 'Decoding'}: {made} ({dtype})" + \
         (f" · {done}{_versus_opening(trace)}" if done else "…")
 
 
@@ -281,6 +322,9 @@ def stop(trace: Trace | None, session: RunSession | None = None) -> dict:
         return _views(partial)
     if queued:
         return {"status": "Cancelled your queued run; nothing had started."}
+    if was_running and partial is None:
+        return {"status": "Stopped before the first round (your run was waiting for its turn or loading its models); "
+                          "nothing was decoded."}
     if partial is None:
         return {"status": "Nothing to stop: no run has started in this tab."}
     return {"status": f"Nothing to stop: the last run had already {_ended(partial)}."}

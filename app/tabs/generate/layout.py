@@ -11,6 +11,8 @@ import gradio as gr
 from decoders import registry
 from decoders.options import DRAFTERS, MAX_NEW_TOKENS_LIMIT, RULES, TREE_DRAFTERS
 
+from app.shared.words import counted
+from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared import glossary
 from app.shared.hosting import registry_only
 from app.shared.paths import ASSETS
@@ -55,7 +57,7 @@ def opening_status(trace) -> str:
     the recording's settings are the controls' (controls.OPENING), so Run repeats it live. The stats name the rest."""
     options = trace.options or {}
     return (f"Recorded run: {options.get('model', '?')}, {options.get('dtype', '?')}, "
-            f"{options.get('max_new_tokens', '?')} new tokens. **Run** repeats it live.")
+            f"{counted(options.get('max_new_tokens', '?'), 'new token')}. **Run** repeats it live.")
 
 
 def _prompt_controls(opening_prompt: str) -> dict:
@@ -138,7 +140,8 @@ def _controls() -> dict:
     with gr.Accordion("Sampling and length", open=False):
         # A number box, not a slider: a slider silently clamps what is typed (0 ran 1 token, 100000 ran 512); the
         # options' validation says what is wrong instead (decoders/options.py).
-        c["max_new_tokens"] = gr.Number(value=d.max_new_tokens, precision=0, label="max new tokens",
+        # precision=None: the handler sees what was typed and refuses 2.5 or an empty box (app/shared/numbers.py)
+        c["max_new_tokens"] = gr.Number(value=d.max_new_tokens, precision=None, label="max new tokens",
                                         elem_id="sl-max-tokens",
                                         info=f"Stop after this many generated tokens: 1 to {MAX_NEW_TOKENS_LIMIT}, "
                                              "and prompt + this must fit the model's context.")
@@ -149,7 +152,7 @@ def _controls() -> dict:
                                info="Keep only the k most likely tokens (0 = off). Applied to draft and target.")
         c["top_p"] = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p",
                                info="Keep the smallest set of tokens with this much probability (1 = off).")
-        c["seed"] = gr.Number(value=d.seed, precision=0, label="seed",
+        c["seed"] = gr.Number(value=d.seed, precision=None, label="seed",
                               info="Seeds every random draw (sampling and the acceptance tests): same seed, "
                                    "same run.")
         c["chat"] = gr.Checkbox(value=d.chat, label="chat template",
@@ -276,8 +279,9 @@ def build(demo: gr.Blocks) -> dict:
     def stop_fn(trace, run_session):
         return to_tuple(handlers.stop(trace, run_session))
 
-    # concurrency_id "decode", limit 1: one generation at a time (app/shared/decode_slot.py says why).
-    c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=1,
+    # concurrency "decode": one decode at a time is the decode slot's job; up to QUEUE_LIMIT runs wait in its line,
+    # each saying what it waits for (app/shared/decode_slot.py says why).
+    c["run_btn"].click(run_fn, inputs + [session], out_list, concurrency_limit=QUEUE_LIMIT,
                        concurrency_id="decode", api_name="run", validator=admit_fn)
     # The box names what is shown: once a live run replaces the recording, it no longer names the recording.
     c["run_btn"].click(lambda: gr.update(value=None, label=f"{RECORDED_LABEL} (now showing your live run)"), None,

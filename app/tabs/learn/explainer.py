@@ -10,6 +10,7 @@ Paper names: p = target distribution, q = draft distribution, r = the residual n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import plotly.graph_objects as go
 import torch
@@ -18,6 +19,7 @@ from decoders.sampling import sample, seeded_generator
 from decoders.tree import DraftTree
 from decoders.verify import Verdict, residual, verify_sampling
 
+from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
 
 # A toy next-token vocabulary after "The cat sat on the": small enough to read every bar on a phone.
@@ -110,7 +112,7 @@ def position_figure(position: Position, counts: torch.Tensor | None = None, heig
         fig.add_bar(name=name, x=words, y=values.tolist(), marker_color=color)
     if counts is not None:
         freq = (counts.double() / counts.sum()).tolist()
-        fig.add_scatter(name=f"sampled ({int(counts.sum())} draws)", x=words, y=freq, mode="markers",
+        fig.add_scatter(name=f"sampled ({counted(int(counts.sum()), 'draw')})", x=words, y=freq, mode="markers",
                         marker=dict(symbol="diamond", size=12, color="black"))
     title = wrap_title(f"α = Σ min(p, q) = {position.acceptance:.2f} · residual used on rejection")
     fig.update_layout(title=dict(text=title, font=dict(size=14)), barmode="group", height=height,
@@ -124,22 +126,53 @@ def distance_summary(position: Position, counts: torch.Tensor) -> str:
     """Total-variation distance between the sampled frequencies and p: it shrinks like 1/sqrt(draws)."""
     freq = counts.double() / counts.sum()  # (V,)
     tv = 0.5 * float((freq - position.p).abs().sum())
-    return (f"{int(counts.sum())} draws through the verification core: total-variation distance to p = {tv:.3f} "
+    return (f"{counted(int(counts.sum()), 'draw')} through the verification core: total-variation distance to p = "
+            f"{tv:.3f} "
             "(it shrinks like 1/√draws). The output follows p, not q: the draft only changes the speed.")
 
 
 # --- handlers (the page calls these; tests call them too) ---
+# Their PyTorch work runs inside the decode slot, like every model computation of the app: a server stopped while a
+# thread is inside a PyTorch op outside it can abort (status 134; app/shared/decode_slot.py says why). While a
+# longer run holds the slot, the story line says what it waits for.
 
-def on_step(mismatch: float, seed: int, siblings: int) -> tuple[go.Figure, str]:
+def on_step(mismatch: float, seed: int, siblings: int) -> Iterator[tuple]:
     position = toy_position(float(mismatch))
-    tree, verdict, _ = one_step(position, int(seed), int(siblings))
-    return position_figure(position), step_story(position, tree, verdict)
+    for waiting in _in_slot(lambda: one_step(position, int(seed), int(siblings))):
+        if isinstance(waiting, str):
+            yield _skip(), waiting
+        else:
+            tree, verdict, _ = waiting
+            yield position_figure(position), step_story(position, tree, verdict)
 
 
-def on_sample(mismatch: float, seed: int, siblings: int, n_draws: int = 1000) -> tuple[go.Figure, str]:
+def on_sample(mismatch: float, seed: int, siblings: int, n_draws: int = 1000) -> Iterator[tuple]:
     position = toy_position(float(mismatch))
-    counts = sample_counts(position, int(n_draws), int(seed), int(siblings))
-    return position_figure(position, counts), distance_summary(position, counts)
+    for waiting in _in_slot(lambda: sample_counts(position, int(n_draws), int(seed), int(siblings))):
+        if isinstance(waiting, str):
+            yield _skip(), waiting
+        else:
+            yield position_figure(position, waiting), distance_summary(position, waiting)
+
+
+def _in_slot(work: Callable[[], object]) -> Iterator[object]:
+    """Lines while another run holds the decode slot, then work()'s result, computed inside the slot."""
+    from app.shared.decode_slot import DECODE_SLOT
+
+    with DECODE_SLOT.queue(SLOT_NAME) as turn:
+        yield from turn.lines()
+        with DECODE_SLOT.hold(what=SLOT_NAME, turn=turn):
+            result = work()
+    yield result
+
+
+def _skip():
+    import gradio as gr
+
+    return gr.skip()
+
+
+SLOT_NAME = "the Learn tab's sampling explainer"
 
 
 def build(with_glossary: bool = True) -> None:

@@ -5,6 +5,8 @@ import gradio as gr
 
 from app.figures.race import leviathan_figure, race_table_html, speed_figure
 from app.shared import glossary
+from app.shared.decode_slot import QUEUE_LIMIT
+from app.shared.session import RunSession
 from app.shared.wiring import as_tuple, with_specials
 from app.shared.hosting import registry_only
 from app.tabs.generate.layout import model_choices
@@ -47,7 +49,9 @@ def build(c: dict) -> None:
                                         "verified; the papers' K10 D6 M59 assume a GPU.")
         race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
                                 info=race_tokens_help())
-    race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
+    with gr.Row():
+        race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")
+        stop_btn = gr.Button("Stop", variant="stop", elem_id="sl-race-stop")
     r = {"race_status": gr.Markdown("", elem_id="sl-race-status"), "race_error": gr.HTML("", elem_id="sl-race-error"),
          "race_table": gr.HTML(race_table_html([]), elem_id="sl-race-table")}
     with gr.Row(elem_id="sl-race-plots"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
@@ -62,13 +66,26 @@ def build(c: dict) -> None:
     to_tuple = as_tuple(race.RACE_OUTPUTS, r)
     inputs = [prompt, model, c["dtype"], c["draft_model"], methods, race_tokens, c["temperature"], c["seed"]]
 
-    def race_fn(*args):  # (inputs..., request, progress): see app/shared/wiring.py
-        for result in race.race(*args[:len(inputs)], progress=args[len(inputs) + 1]):
-            yield to_tuple(result)
+    session = gr.State(RunSession())  # this tab's race, for Stop (app/shared/session.py); per session, server-side
+    n_in = len(inputs)
 
-    with_specials(race_fn, race.RACE_INPUTS)
+    def race_fn(*args):  # (inputs..., session, request, progress): see app/shared/wiring.py
+        results = race.race(*args[:n_in], progress=args[n_in + 2], session=args[n_in])
+        try:
+            for result in results:
+                yield to_tuple(result)
+        finally:  # Gradio closing the job closes the race (and the running method's decoder) with it
+            results.close()
 
-    race_btn.click(race_fn, inputs, [r[n] for n in race.RACE_OUTPUTS], concurrency_limit=1,
-                   concurrency_id="decode", api_name="race")
+    with_specials(race_fn, race.RACE_INPUTS + ("session",))
 
+    def admit_fn(*args):  # the validator runs when Gradio queues the race: Stop can then tell "queued"
+        if args[n_in] is not None:
+            args[n_in].admit()
+        return [gr.validate(True, "") for _ in args[:n_in + 1]]
 
+    # concurrency "decode": a few races wait in the decode slot's line, saying what they wait for (decode_slot.py)
+    race_btn.click(race_fn, inputs + [session], [r[n] for n in race.RACE_OUTPUTS], concurrency_limit=QUEUE_LIMIT,
+                   concurrency_id="decode", api_name="race", validator=admit_fn)
+    stop_btn.click(lambda run_session: to_tuple(race.stop_race(run_session)), [session],
+                   [r[n] for n in race.RACE_OUTPUTS], api_name="race_stop")

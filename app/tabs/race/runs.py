@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Iterator
+from typing import Generator, Iterator
 
 import gradio as gr
 
@@ -19,7 +19,10 @@ from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
 from app.shared.hosting import gpu
-from app.shared.loading import dtype_line, load_models, loaded, model_error_types
+from app.shared.numbers import whole_field
+from app.shared.loading import check_before_waiting, dtype_line, load_models, loaded, model_error_types
+from app.shared.session import RunSession
+from app.shared.words import counted
 from app.tabs.generate.controls import DEFAULT_DRAFT
 from app.shared.hosting import check_model_allowed
 from app.figures.race import cost_curves_figure, cost_curves_note, leviathan_figure, race_row, race_table_html, \
@@ -37,6 +40,8 @@ RACE_INPUTS = ("prompt", "model", "dtype", "draft_model", "methods", "max_new_to
 MAX_METHODS = 3
 WARMUP_TOKENS = 8
 TIMED_RUNS = 3  # the median of three, with its range, instead of one noisy figure
+TICK = 0.5  # seconds between two looks at Stop while a run computes (a look costs one yield, outside the timings)
+STOP_WAIT = 15.0  # seconds the Stop button waits for the race to end before saying it is still stopping
 
 
 COST_AWARE = dict(controller="cost")  # decoders/controller.py: each round drafts what this machine verifies profitably
@@ -85,10 +90,13 @@ def race_options(values: dict) -> list[DecodeOptions]:
         raise OptionsError(f"unknown race method(s) {unknown}; choose from: {', '.join(PRESETS)}")
     draft = values.get("draft_model")
     try:
+        temperature = float(values.get("temperature") or 0.0)
+        seed = whole_field(values, "seed", "seed (Generate tab, Sampling and length)", 0) if temperature else 0
         base = DecodeOptions(model=str(values.get("model") or DecodeOptions.model), dtype=values.get("dtype") or "auto",
-                             max_new_tokens=_whole(values.get("max_new_tokens"), 64),
-                             temperature=float(values.get("temperature") or 0.0),
-                             seed=_whole(values.get("seed"), 0), record=False)
+                             max_new_tokens=whole_field(values, "max_new_tokens", "max new tokens (race)", 64),
+                             temperature=temperature, seed=seed, record=False)
+    except OptionsError:
+        raise
     except (TypeError, ValueError) as err:
         raise OptionsError(f"race settings: {err}") from None
     check_model_allowed(base.model, "target model")
@@ -102,36 +110,40 @@ def race_options(values: dict) -> list[DecodeOptions]:
     return runs
 
 
-def _whole(value, default: int) -> int:
-    if value is None or value == "":
-        return default
-    if float(value) != int(float(value)):
-        raise ValueError(f"expected a whole number, got {value!r}")
-    return int(float(value))
-
-
 @gpu(duration=240)
 def race_runs(options: list[dict], prompt: str) -> Iterator[dict]:
     """Warm up and time each run in turn, all inside one hold of the decode slot, so nothing else (another tab's
     run, a transcription, a model load) shares the machine between the baseline and the methods it is compared
-    with; yields each finished trace as a plain dict (the median timed run)."""
-    with DECODE_SLOT.hold(_timed_runs(options, prompt)) as lease:  # a streaming holder: see decode_slot.py
-        yield from lease.items()
+    with. Yields {"waiting": line} while another run holds the slot, {"running": index, "phase": ...} at most every
+    TICK seconds while a run computes (where Stop can close the race), and each finished trace as a plain dict (the
+    median timed run)."""
+    with DECODE_SLOT.queue(slot_name(len(options) - 1)) as turn:
+        for line in turn.lines():
+            yield {"waiting": line}
+        with DECODE_SLOT.hold(_timed_runs(options, prompt), turn=turn) as lease:  # a streaming holder
+            yield from lease.items()
+
+
+def slot_name(n_methods: int) -> str:
+    """What a race is called to the runs waiting behind it (app/shared/decode_slot.py)."""
+    return f"a Race (the baseline and {counted(n_methods, 'method')})"
 
 
 def _timed_runs(options: list[dict], prompt: str) -> Iterator[dict]:
-    from decoders.api import generate
+    from decoders.api import stream
 
     baseline = None
-    for data in options:
+    for index, data in enumerate(options):
         opts = DecodeOptions.from_dict(data)
         target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
-        generate(replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens)), prompt, target, draft)
+        warmup = replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens))
+        yield from _ticks(stream(warmup, prompt, target, draft), index, "its warm-up")
         timed = []
-        for _ in range(TIMED_RUNS):
+        for run in range(TIMED_RUNS):
             if DECODE_SLOT.closing:  # the process waits at exit for this item: stop between runs, not after all
                 return
-            timed.append(generate(opts, prompt, target, draft))
+            phase = f"timed run {run + 1} of {TIMED_RUNS}"
+            timed.append((yield from _ticks(stream(opts, prompt, target, draft), index, phase)))
         chosen = median_run(timed)
         baseline = baseline or chosen  # the baseline runs first
         if chosen is not baseline and isinstance(chosen, Trace):
@@ -147,6 +159,21 @@ def check_against(run: Trace, baseline: Trace, target) -> dict:
     return compare(run, baseline, target.model).to_dict()
 
 
+def _ticks(live: Iterator, index: int, phase: str) -> Generator[dict, None, object]:
+    """Drain one run (its rounds), handing out {"running": index, "phase": phase} at most every TICK seconds, where
+    the race can be closed (Stop: the run's `finally` frees its caches); returns the run's finished trace. The rounds'
+    clock stops while a tick is out (decoders/clock.py), so ticks do not count in the timings."""
+    trace, last = None, time.monotonic()
+    try:
+        for trace in live:
+            if time.monotonic() - last >= TICK:
+                yield {"running": index, "phase": phase}
+                last = time.monotonic()
+    finally:
+        live.close()
+    return trace
+
+
 def median_run(traces: list[Trace]) -> Trace:
     """The run with the median decode time, carrying every run's tokens/s in totals["timed_tokens_per_second"]."""
     speeds = [totals(t)["tokens_per_second"] or 0.0 for t in traces]
@@ -156,16 +183,36 @@ def median_run(traces: list[Trace]) -> Trace:
     return chosen
 
 
-def race(*values, progress=gr.Progress()) -> Iterator[dict]:
-    controls = dict(zip(RACE_INPUTS, values))
+def race(*values, progress=gr.Progress(), session: RunSession | None = None) -> Iterator[dict]:
+    """The Race button. Stop (stop_race) ends it at its next step, between timed runs or inside one; the table keeps
+    the methods that finished."""
+    session = session if session is not None else RunSession()
+    if not session.begin():
+        yield {"race_status": "Cancelled: Stop was pressed while this race waited in the queue; nothing ran.",
+               "race_error": ""}
+        return
+    try:
+        yield from _race(dict(zip(RACE_INPUTS, values)), progress, session)
+    finally:
+        session.end()
+
+
+def _race(controls: dict, progress, session: RunSession) -> Iterator[dict]:
     try:
         prompt = str(controls.get("prompt") or "")
         if not prompt.strip():
             raise OptionsError("the prompt is empty; type something for the model to continue, or pick an example")
         runs = race_options(controls)
+        check_before_waiting(prompt, *runs)  # seconds: a model that cannot load here, a prompt over the cap
         yield {"race_status": "Loading models (after any run in another tab)…", "race_error": ""}
-        with loaded(*runs, report=lambda f, m: progress(f, desc=m)):
-            yield from _raced(runs, prompt)
+        with DECODE_SLOT.queue(slot_name(len(runs) - 1)) as turn:
+            for line in turn.lines(stop=session.stop_requested.is_set):
+                yield {"race_status": line}
+            if turn.cancelled:
+                yield {"race_status": NOT_STARTED}
+                return
+            with loaded(*runs, report=lambda f, m: progress(f, desc=m), turn=turn):
+                yield from _raced(runs, prompt, session)
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
@@ -174,23 +221,66 @@ def race(*values, progress=gr.Progress()) -> Iterator[dict]:
         yield _race_error(f"Unexpected error ({type(err).__name__}): {err}", err, unexpected=True)
 
 
-def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
+NOT_STARTED = "Stopped before the race started: it was waiting for its turn; nothing ran."
+
+
+def stop_race(session: RunSession | None) -> dict:
+    """The Race's Stop: the race ends at its next step (between timed runs, or inside one within TICK seconds); the
+    race itself then says which methods finished."""
+    if session is None or (not session.running and not session.queued):
+        return {"race_status": gr.skip(), "race_error": ""}
+    was_running = session.running
+    session.request_stop()
+    if was_running and session.idle.wait(STOP_WAIT):
+        return {"race_status": gr.skip(), "race_error": ""}  # the race's own last line says what finished
+    return {"race_status": "Stopping the race at its next step (a model load cannot be interrupted)…",
+            "race_error": ""}
+
+
+def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Iterator[dict]:
     """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error."""
     traces: list[Trace] = []
-    started = time.monotonic()
+    started, phase = time.monotonic(), None
     yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
-    for data in race_runs([o.to_dict() for o in runs], prompt):
-        traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
-        rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
-                for t in traces]
-        done = len(traces) == len(runs)
-        status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
-            f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \
-            f"{TIMED_RUNS} timed runs)…"
-        yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
-               "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
-               "race_error": _mismatch_error(rows),
-               **(cost_views(runs[0].model, runs[0].dtype, _device(traces[0])) if done else {})}
+    results = race_runs([o.to_dict() for o in runs], prompt)
+    try:
+        for data in results:
+            if session.stop_requested.is_set():
+                results.close()  # the running method's decoder closes now: its finally frees the caches
+                yield {"race_status": _stopped_line(runs, traces, phase)}
+                return
+            if "waiting" in data:
+                yield {"race_status": data["waiting"]}
+                continue
+            if "running" in data:
+                phase = data
+                continue
+            traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
+            phase = None
+            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
+                    for t in traces]
+            done = len(traces) == len(runs)
+            status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
+                f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \
+                f"{TIMED_RUNS} timed runs)…"
+            yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
+                   "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
+                   "race_error": _mismatch_error(rows),
+                   **(cost_views(runs[0].model, runs[0].dtype, _device(traces[0])) if done else {})}
+    finally:
+        results.close()
+
+
+def _stopped_line(runs: list[DecodeOptions], traces: list, phase: dict | None) -> str:
+    """What a stopped race leaves: which methods finished (their rows stay in the table) and where it stopped."""
+    labels = ["the baseline"] + [_label(o) for o in runs[1:]]
+    finished = labels[:len(traces)]
+    kept = (f"{', '.join(finished)} finished (their rows stay in the table)" if finished
+            else "no method finished")
+    if len(traces) >= len(labels):
+        return f"Stopped: {kept}."
+    where = labels[len(traces)] + (f", during {phase['phase']}" if phase else "")
+    return f"Stopped: {kept}; stopped at {where}; its decoder closed and freed its caches."
 
 
 def cost_views(model: str, dtype: str, device: str = "auto") -> dict:
@@ -222,7 +312,7 @@ def _done_line(baseline: Trace, prompt: str, seconds: float) -> str:
     temperature = float((baseline.options or {}).get("temperature", 0.0))
     return (f"Done in {seconds:.1f} s · median of {TIMED_RUNS} timed runs per method · "
             f"{dtype_line(baseline, why=True)} · temperature {temperature:g}"
-            f"{' (greedy)' if temperature == 0 else ''} · {len(baseline.prompt_ids)} prompt tokens: “{shown}”")
+            f"{' (greedy)' if temperature == 0 else ''} · {counted(len(baseline.prompt_ids), 'prompt token')}: “{shown}”")
 
 
 def _label(options: DecodeOptions) -> str:

@@ -92,24 +92,19 @@ def _prepare(audio, model, language, decoders, beam_size, eot_margin, depth, agg
 def _transcribe(clip, options: list, reference: str, session: RunSession) -> Iterator[dict]:
     from decoders.options import OptionsError
     from decoders.whisper.audio import AudioError
-    from decoders.whisper.jobs import Progress, transcribe_each
     from decoders.whisper.models import ModelError
 
     head = f"{clip.name}: {clip.seconds:.1f} s at {clip.source_rate} Hz · {options[0].model} · {options[0].language}"
-    traces, stopped = [], False
+    traces = []
     yield {"status": f"{head} · waiting for any run in another tab…", "error": ""}
     try:
-        with DECODE_SLOT.hold(transcribe_each(clip, options)) as lease:
-            for item in lease.items():
-                if session.stop_requested.is_set():
-                    stopped = True
-                    break  # leaving the block closes the decode: it ends at its next step, caches freed
-                if isinstance(item, Progress):
-                    yield {"status": f"{head} · {_progress_text(item)}"}
-                else:
-                    traces.append(item)
-                    yield {"status": f"{head} · {item.label} done ({len(traces)} of {len(options)})",
-                           "results": results_html(traces, reference)}
+        with DECODE_SLOT.queue(SLOT_NAME) as turn:
+            for line in turn.lines(stop=session.stop_requested.is_set):
+                yield {"status": f"{head} · {line}"}
+            if turn.cancelled:
+                yield {**_skip(), "status": f"{head} · stopped while it waited for its turn; nothing ran.", "error": ""}
+                return
+            yield from _decoded(clip, options, reference, session, head, traces, turn)
     except (AudioError, OptionsError, ModelError) as err:
         yield _error(str(err))
         return
@@ -119,7 +114,29 @@ def _transcribe(clip, options: list, reference: str, session: RunSession) -> Ite
     if not traces:
         yield {**_skip(), "status": f"{head} · stopped before any decoder finished.", "error": ""}
         return
+    stopped = session.stop_requested.is_set()
     yield _finished(traces, reference, head + (" · stopped: showing the decoders that finished" if stopped else ""))
+
+
+SLOT_NAME = "a Whisper transcription"  # what it is called to the runs waiting behind it (app/shared/decode_slot.py)
+
+
+def _decoded(clip, options: list, reference: str, session: RunSession, head: str, traces: list, turn
+             ) -> Iterator[dict]:
+    """Progress and each decoder's results as it finishes (into `traces`), inside the slot (`turn`: this run's
+    place in its line), until Stop."""
+    from decoders.whisper.jobs import Progress, transcribe_each
+
+    with DECODE_SLOT.hold(transcribe_each(clip, options), turn=turn) as lease:
+        for item in lease.items():
+            if session.stop_requested.is_set():
+                return  # leaving the block closes the decode: it ends at its next step, caches freed
+            if isinstance(item, Progress):
+                yield {"status": f"{head} · {_progress_text(item)}"}
+            else:
+                traces.append(item)
+                yield {"status": f"{head} · {item.label} done ({len(traces)} of {len(options)})",
+                       "results": results_html(traces, reference)}
 
 
 def _progress_text(item) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app.figures.whisper import results_html
+from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared.session import RunSession
 from app.shared.wiring import as_tuple
 from app.tabs.whisper import handlers
@@ -101,8 +102,8 @@ def _wire(c: dict, out: dict, session, run_btn, stop_btn) -> None:
             args[-1].admit()
         return [gr.validate(True, "") for _ in args]
 
-    run_btn.click(run_fn, [c[n] for n in RUN_INPUTS] + [session], [out[n] for n in OUTPUTS], concurrency_limit=1,
-                  concurrency_id="whisper", api_name="whisper_transcribe", validator=admit_fn)
+    run_btn.click(run_fn, [c[n] for n in RUN_INPUTS] + [session], [out[n] for n in OUTPUTS],
+                  concurrency_limit=QUEUE_LIMIT, concurrency_id="whisper", api_name="whisper_transcribe", validator=admit_fn)
     stop_btn.click(lambda s: as_tuple(("status", "error"), out)(handlers.stop(s)), [session],
                    [out["status"], out["error"]], api_name="whisper_stop")
     tree_tuple = as_tuple(TREES, out)
