@@ -44,7 +44,9 @@ RoundRecord
         ("depth" | "ddd" | "cost" (the draft controller) | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
         draft probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
-With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
+With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty,
+and rule keeps only name, limit, reason and the controller's scalar choice (cap, best, probe, alpha, c, ...; no
+curves): why a round drafted nothing (a cap of 0, or no n-gram match) is readable in every run.
 """
 from __future__ import annotations
 
