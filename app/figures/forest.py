@@ -20,8 +20,8 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from app.shared.theme import (OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin,
-                              visible_token, wrap_title)
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, empty_figure, legend_below, sig, \
+    stop_words, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -117,9 +117,9 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     fig = go.Figure()
     it = iteration_of(trace, index)
     if it is None or not it["nodes"]:
-        fig.update_layout(title="no beam forest yet" if it is None else "forest not recorded (record is off)",
-                          height=260, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return empty_figure("Beam forest: none yet. Run a beam method to draw each iteration's candidates, layer "
+                            "by layer." if it is None else "Beam forest: not recorded (the run had recording off).",
+                            260)
     nodes = it["nodes"]
     pos = forest_layout(nodes)
     survivors = beam_paths(nodes, it["beams"])
@@ -134,7 +134,7 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
                       margin={"l": 10, "r": 10, "t": title_margin(title), "b": 10}, hovermode="closest",
                       xaxis={"title": "layer", "dtick": 1, "zeroline": False},
                       yaxis={"visible": False, "autorange": "reversed"},
-                      legend={"orientation": "h", "y": -0.12, "yanchor": "top"}, plot_bgcolor="white")
+                      legend=legend_below(), plot_bgcolor="white")
     counts = {s: sum(n["status"] == s for n in nodes) for s in FOREST_STATUS}
     summary = ", ".join(f"{v} {FOREST_LABELS[s]}" for s, v in counts.items() if v)
     return describe(fig, f"Beam forest of {trace.label} at iteration {it['index'] + 1}: {summary}; "
@@ -251,7 +251,7 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
     fig.update_xaxes(dtick=1, title_text="k accepted of W")
     title = f"Width per layer, iteration {it['index'] + 1}: the widest K with P(A ≥ K) ≥ thres"
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300, bargap=0.15, plot_bgcolor="white",
-                      margin={"l": 40, "r": 10, "t": 70, "b": 40}, legend={"orientation": "h", "y": -0.25})
+                      margin={"l": 40, "r": 10, "t": 70, "b": 40}, legend=legend_below())
     chosen = ", ".join(f"layer {layer['layer']} K={layer['width']}" for layer in layers)
     return describe(fig, f"Acceptance-count distributions D[W] at iteration {it['index'] + 1}: {chosen}.")
 
@@ -259,8 +259,8 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
 def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure:
     fig = go.Figure()
     if trace is None or not trace.iterations:
-        fig.update_layout(title="no beam scores yet", height=240, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return empty_figure("Beam ranking scores: none yet. Run a beam method to plot each beam's score by "
+                            "iteration.", 240)
     xs, ys, logps, best_x, best_y = [], [], [], [], []
     for it in trace.iterations:
         for beam in it["beams"]:
@@ -285,7 +285,7 @@ def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     fig.update_layout(title={"text": wrap_title(f"Beam ranking {label} by iteration"), "font": {"size": 14}},
                       height=300, xaxis={"title": "iteration", "dtick": max(1, len(trace.iterations) // 10)},
                       yaxis={"title": "score" if trace.method == "beam-search" else "score (not log p)"}, margin={"l": 50, "r": 10, "t": 50, "b": 40}, plot_bgcolor="white",
-                      legend={"orientation": "h", "y": -0.3})
+                      legend=legend_below())
     return describe(fig, f"Scores of {len(ys)} beams over {len(trace.iterations)} iterations.")
 
 
