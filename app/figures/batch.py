@@ -13,10 +13,11 @@ import plotly.graph_objects as go
 
 from decoders.batch import BatchTrace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, legend_below, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, legend_below, scroll_box, title_margin, \
+    wrap_title
 
 BATCH_CSS = """
-.bt-lanes { font-size: 12px; overflow-x: auto; padding-bottom: 4px; }
+.bt-lanes { font-size: 12px; padding-bottom: 4px; }
 .bt-lane { display: flex; align-items: center; gap: 6px; margin: 3px 0; padding: 2px 4px; border-radius: 6px;
            cursor: pointer; border: 2px solid transparent; background: none; width: max-content; min-width: 100%;
            font: inherit; color: inherit; text-align: left; }
@@ -98,7 +99,7 @@ def lanes_html(batch: BatchTrace | None, selected: int | None = None) -> str:
                      f'rounds below">'
                      f'<span class="bt-name">row {row + 1}</span>{count}<span class="bt-track">{"".join(blocks)}</span>'
                      '</button>')  # the count before the track: a long lane scrolls, its numbers stay in view
-    return f'<div class="bt-lanes"><div>{keys}</div>{"".join(lanes)}</div>'
+    return f'<div class="bt-lanes"><div>{keys}</div>{scroll_box("".join(lanes), "rounds")}</div>'
 
 
 _KEYS = (("kept", "accepted draft", "a draft token the target accepted (kept)"),

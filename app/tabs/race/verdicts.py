@@ -148,28 +148,34 @@ def _idle_clause(row: dict) -> str:
     idle = (row.get("rounds") or 0) - (row.get("drafting") or 0)
     if not row.get("rounds") or idle <= 0:
         return ""
-    return f"; the other {idle} drafted nothing and were plain target steps: {_idle_causes(row, idle)}"
+    what = "round drafted nothing and was a plain target step" if idle == 1 else \
+        f"{idle} drafted nothing and were plain target steps"
+    return f"; the other {what}: {_idle_causes(row, idle)}"
 
 
 def _idle_causes(row: dict, idle: int) -> str:
+    """Why the idle rounds drafted nothing, each cause with how many rounds it covers."""
     causes = []
     if row.get("cap_zero"):
         alpha = row.get("cap_zero_alpha")
-        at = f" at the acceptance it had seen, α ≈ {alpha:.2f}," if alpha is not None else ""
-        causes.append(f"in {_of(row['cap_zero'], idle)} the cost-aware cap was 0 ({at.strip(' ,') + ': ' if at else ''}"
-                      "no draft length was expected to pay for its verification on this machine's measured t(n))")
+        at = f"at the acceptance it had seen, α ≈ {alpha:.2f}: " if alpha is not None else ""
+        causes.append((row["cap_zero"], f"the cost-aware cap was 0 ({at}no draft length was expected to pay for its "
+                                        "verification on this machine's measured t(n))"))
     if row.get("no_match"):
-        causes.append(f"in {_of(row['no_match'], idle)} prompt lookup found nothing to copy")
+        causes.append((row["no_match"], "prompt lookup found nothing to copy"))
     if row.get("budget"):
-        causes.append(f"{_of(row['budget'], idle)} had no room left in the token budget")
-    unknown = idle - (row.get("cap_zero") or 0) - (row.get("no_match") or 0) - (row.get("budget") or 0)
+        causes.append((row["budget"], "the token budget left no room for a draft"))
+    unknown = idle - sum(count for count, _ in causes)
     if unknown > 0:
-        causes.append(f"{_of(unknown, idle)} recorded no reason" if causes else "the trace does not record why")
-    return "; ".join(causes)
+        causes.append((unknown, "the trace does not record why" if not causes else "no reason was recorded"))
+    return "; ".join(_counted(count, idle, cause) for count, cause in causes)
 
 
-def _of(count: int, total: int) -> str:
-    return f"all {count}" if count == total else str(count)
+def _counted(count: int, idle: int, cause: str) -> str:
+    """'in 3, <cause>'; 'in all 14, …' or 'in both, …' when it covers every idle round; one round: the bare cause."""
+    if count == idle:
+        return cause if idle == 1 else f"in {'both' if idle == 2 else f'all {idle}'}, {cause}"
+    return f"in {count}, {cause}"
 
 
 def _never_drafted(row: dict) -> str:
@@ -306,7 +312,7 @@ def load_summary(rows: list[dict]) -> str:
         worst = max(measured, key=lambda item: item[1].get("others_cores") or 0.0)[1]
         return (f"The machine was quiet during the timed runs (measured, at most: {load_words(worst)}), so the "
                 "speeds above compare like with like.")
-    names = ", ".join(label for label, _ in busy)
+    names = "every method" if len(busy) == len(rows) else ", ".join(label for label, _ in busy)
     worst = max(busy, key=lambda item: item[1].get("others_cores") or 0.0)[1]
     return (f"**The machine was busy** during the timed runs of {names} (measured, at most: {load_words(worst)}): "
             "other work shared the cores, so those speeds are slower and less steady than on a quiet machine, and "
