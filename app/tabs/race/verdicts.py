@@ -172,7 +172,7 @@ def _idle_causes(row: dict, idle: int) -> str:
 
 
 def _counted(count: int, idle: int, cause: str) -> str:
-    """'in 3, <cause>'; 'in all 14, …' or 'in both, …' when it covers every idle round; one round: the bare cause."""
+    """'in 3, <cause>'; 'in all 14, …' or 'in both, …' when it covers every idle round; one round: the cause."""
     if count == idle:
         return cause if idle == 1 else f"in {'both' if idle == 2 else f'all {idle}'}, {cause}"
     return f"in {count}, {cause}"
