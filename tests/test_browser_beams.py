@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from app_server import wait_for_opening_controls
-from chromium import MARKS, new_context, shot
+from chromium import MARKS, legend_collisions, new_context, shot
 
 pytestmark = [pytest.mark.slow, *MARKS]
 
@@ -23,12 +23,7 @@ def open_beams(context, url):
     page.set_default_timeout(120_000)
     page.goto(url)
     wait_for_opening_controls(page)
-    tab = page.get_by_role("tab", name="Beams", exact=True)
-    if tab.count() and tab.first.is_visible():
-        tab.first.click()
-    else:  # on a phone the later tabs sit behind Gradio's "More tabs" menu
-        page.get_by_label("More tabs").click()
-        page.locator(".overflow-menu button", has_text="Beams").click()
+    page.get_by_role("tab", name="Beams", exact=True).click()  # a visible tab at 420 px too (issue 35.6)
     return page
 
 
@@ -89,4 +84,9 @@ def test_on_a_phone_the_width_and_score_panels_stack(browser, demo_url):
         assert width["width"] > 300 and scores["width"] > 300
         assert "keep a fixed width" in plot(page, "bm-width", "d.layout.annotations[0].text").replace("<br>", " ")
         assert "max_new_tokens" not in page.inner_text("#bm-status")
+        page.wait_for_selector("#bm-forest .js-plotly-plot .legend")
+        assert legend_collisions(page, "#bm-forest") == []  # issue 35.6: the legend sat over the "layer" title
+        assert legend_collisions(page, "#bm-scores") == []
+        for elem in ("bm-forest", "bm-scores"):  # issue 35.8: both plots say what they show to a screen reader
+            assert len(page.get_attribute(f"#{elem} .js-plotly-plot", "aria-label") or "") > 20
         shot(page, "beams-tab-420", publish=True, full_page=True)

@@ -231,9 +231,11 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
             return _sentence(f"Iteration {it['index'] + 1} drafted no layer: the run had one token left to write, "
                              "which the target draws itself. Scrub to an earlier iteration to see D[W].")
         return _sentence("No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
+    # one narrow panel per layer: two short title lines and "k" under each fit a phone (~80 px a panel at 420 px)
     fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
-                        subplot_titles=[f"layer {layer['layer']}: K={layer['width']}"
+                        subplot_titles=[f"layer {layer['layer']}<br>K={layer['width']}"
                                         + ("" if layer.get("passed", True) else " (stopped)") for layer in layers])
+    fig.update_annotations(font_size=11)
     for col, layer in enumerate(layers, start=1):
         counts = list(range(len(layer["distribution"])))
         fig.add_trace(go.Bar(x=counts, y=layer["distribution"], name="D[k] = P(A = k)", showlegend=col == 1,
@@ -248,10 +250,12 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
                                  name=f"thres = {layer['thres']}", line={"dash": "dash", "color": "#000000"},
                                  showlegend=col == 1, legendgroup="thres", hoverinfo="skip"), row=1, col=col)
     fig.update_yaxes(range=[0, 1.05])
-    fig.update_xaxes(dtick=1, title_text="k accepted of W")
-    title = f"Width per layer, iteration {it['index'] + 1}: the widest K with P(A ≥ K) ≥ thres"
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300, bargap=0.15, plot_bgcolor="white",
-                      margin={"l": 40, "r": 10, "t": 70, "b": 40}, legend=legend_below())
+    fig.update_xaxes(dtick=1, title_text="k", title_standoff=4)
+    title = wrap_title(f"Width per layer, iteration {it['index'] + 1}: the widest K with P(A ≥ K) ≥ thres "
+                       "(k = drafts accepted of W)")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300 + 18 * title.count("<br>"),
+                      bargap=0.15, plot_bgcolor="white", legend=legend_below(),
+                      margin={"l": 40, "r": 10, "t": title_margin(title) + 30, "b": 40})
     chosen = ", ".join(f"layer {layer['layer']} K={layer['width']}" for layer in layers)
     return describe(fig, f"Acceptance-count distributions D[W] at iteration {it['index'] + 1}: {chosen}.")
 

@@ -221,8 +221,9 @@ WHISPER_CSS = """
 .sw-table th, .sw-table td { padding: 4px 8px; vertical-align: top; text-align: left; }
 .sw-table th { cursor: help; }
 .sw-table .sw-text { min-width: 12em; }
-@media (max-width: 860px) { .sw-table { font-size: 12.5px; } .sw-table th, .sw-table td { padding: 3px 4px; }
-                            .sw-table .sw-text { min-width: 9em; } }
+.sw-table td:not(.sw-text):not(:first-child) { white-space: nowrap; }
+@media (max-width: 860px) { .sw-table { font-size: 12px; } .sw-table th, .sw-table td { padding: 3px 3px; }
+                            .sw-table .sw-text { min-width: 7em; } .sw-table td:first-child { max-width: 6.5em; } }
 """
 
 
