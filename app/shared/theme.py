@@ -179,6 +179,8 @@ PAGE_CSS = provenance_css() + f"""
     display: inline-flex; margin: 0 0 4px 0; }}
 /* The contents picker of the Learn tab: one lesson per line on a phone, so every lesson is a tap away. */
 @media (max-width: {NARROW}px) {{ #sl-lesson-list .wrap {{ flex-direction: column; align-items: stretch; }} }}
+/* ... which makes the lessons' own tab strip redundant there: hidden, it no longer folds lessons behind a "⋯". */
+@media (max-width: {NARROW}px) {{ #sl-lessons > .tab-wrapper {{ display: none; }} }}
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}
