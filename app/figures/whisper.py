@@ -223,7 +223,8 @@ WHISPER_CSS = """
 .sw-table .sw-text { min-width: 12em; }
 .sw-table td:not(.sw-text):not(:first-child) { white-space: nowrap; }
 @media (max-width: 860px) { .sw-table { font-size: 12px; } .sw-table th, .sw-table td { padding: 3px 3px; }
-                            .sw-table .sw-text { min-width: 7em; } .sw-table td:first-child { max-width: 6.5em; } }
+                            .sw-table .sw-text { min-width: 7em; }
+                            .sw-table td:first-child { max-width: 6.5em; overflow-wrap: anywhere; } }
 """
 
 
