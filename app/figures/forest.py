@@ -20,8 +20,8 @@ from plotly.subplots import make_subplots
 
 from decoders.beams.trace import BeamTrace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, empty_figure, legend_below, sig, \
-    stop_words, title_margin, visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, empty_figure, legend_below, \
+    scroll_box, sig, stop_words, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -306,11 +306,17 @@ def candidates_html(trace: BeamTrace | None) -> str:
     rows = "".join(f'<tr data-rank="{rank}"><td>{rank}</td><td class="bm-text">{html.escape(c["text"])}</td>'
                    f'<td title="{score_tip}">{sig(c["score"])}</td>'
                    f'<td title="{logp_tip}">{"—" if c.get("logp") is None else sig(c["logp"])}</td>'
-                   f"<td>{len(c['tokens'])}</td></tr>"
+                   f'<td title="{TOKENS_TIP}">{len(c["tokens"])}</td></tr>'
                    for rank, c in enumerate(trace.candidates, start=1))
-    return (f'<div id="bm-candidates" style="overflow-x: auto"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
-            f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
-            f'<th title="{logp_tip}" {TIP}>log p (target)</th><th>tokens</th></tr>{rows}</table></div>')
+    table = (f'<table class="bm-table"><tr><th title="{RANK_TIP}" {TIP}>rank</th><th>candidate</th>'
+             f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
+             f'<th title="{logp_tip}" {TIP}>log p (target)</th><th title="{TOKENS_TIP}" {TIP}>tokens</th></tr>{rows}'
+             '</table>')
+    return f'<div id="bm-candidates">{scroll_box(table)}</div>'
+
+
+RANK_TIP = "the finished candidates ordered by the ranking score ÷ length, best first (the one returned is rank 1)"
+TOKENS_TIP = "the candidate's length in generated tokens"
 
 
 def _lines(text: str, width: int) -> list[str]:
