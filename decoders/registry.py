@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
                        PromptLookupDrafter, STATIC_TREE, TreeShape)
@@ -18,8 +18,11 @@ from .residency import model_bytes
 from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
 
 if TYPE_CHECKING:
-    from .options import DecodeOptions
     from .runner import CachedModel
+
+# A run's decoders.options.DecodeOptions. Not imported, not even for types: options.py validates against these
+# tables, so the dependency runs one way (options -> registry) and tests/test_import_graph.py keeps it so.
+Options = Any
 
 
 class Family(StrEnum):
@@ -35,7 +38,7 @@ class Family(StrEnum):
 class BuildContext:
     """What a drafter may be built from: the run's options, the cached target, and the loaded models."""
 
-    options: "DecodeOptions"
+    options: Options
     runner: "CachedModel"  # the target with its KV cache (decoders/runner.py)
     target: object  # the loaded target (decoders.api.LanguageModel)
     draft: object | None  # the loaded draft model, when uses_draft_model(options)
@@ -46,15 +49,15 @@ class BuildContext:
 @dataclass(frozen=True)
 class RuleSpec:
     name: str
-    label: Callable[["DecodeOptions"], str]  # for tables and traces, e.g. "static γ=4"
+    label: Callable[[Options], str]  # for tables and traces, e.g. "static γ=4"
     fields: tuple[str, ...]  # the option fields it reads
-    build: Callable[["DecodeOptions"], DraftRule]
+    build: Callable[[Options], DraftRule]
     judges_q: bool = False  # True: it reads the draft's distribution q, so a drafter without one cannot use it
     initial_lam: float | None = None  # the λ it starts from when options.lam is None (None: the rule has no λ)
     help: str = ""
 
 
-def _schedule(options: "DecodeOptions", rule: str) -> LambdaSchedule:
+def _schedule(options: Options, rule: str) -> LambdaSchedule:
     lam = RULES[rule].initial_lam if options.lam is None else options.lam
     return LambdaSchedule(lam, options.max_draft, keep=options.lam_keep)
 
@@ -83,10 +86,11 @@ class DrafterSpec:
     fields: tuple[str, ...]  # the option fields it reads
     build: Callable[[BuildContext], Drafter]
     offers_q: bool = True  # False: it copies tokens (no draft distribution), so rules that judge q cannot steer it
-    uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
+    uses_draft_model: Callable[[Options], bool] = lambda options: False
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
-    batched: Callable[[BuildContext, int], object] | None = None  # B rows at once (decoders/batch); None: no batch
+    batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
+    #                             one of it per row, for drafters without model state); None: no batched form
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -139,13 +143,7 @@ def _tree_step_prior(ctx: BuildContext) -> float:
     return 0.1 if ctx.options.eagle_head is not None else _size_ratio(ctx)
 
 
-def _batched(name: str, ctx: BuildContext, batch: int):
-    from .batch.drafters import build as build_batched  # decoders/batch imports the drafters, not the registry
-
-    return build_batched(name, ctx, batch)
-
-
-def _grown_by_draft_model(options: "DecodeOptions") -> bool:
+def _grown_by_draft_model(options: Options) -> bool:
     return options.eagle_head is None
 
 
@@ -185,20 +183,20 @@ _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
-                help="a smaller model of the same family", batched=lambda ctx, b: _batched("draft-model", ctx, b)),
+                help="a smaller model of the same family", batched="draft-model"),
     DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
                 lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
                 help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0,
-                batched=lambda ctx, b: _batched("prompt-lookup", ctx, b)),
+                batched="per-row"),
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
                 help="the target itself with some layers skipped", cost_prior=_layers_kept,
-                batched=lambda ctx, b: _batched("layer-skip", ctx, b)),
+                batched="layer-skip"),
     DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
                 help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
-                cost_prior=_self_cost("early-exit"), batched=lambda ctx, b: _batched("early-exit", ctx, b)),
+                cost_prior=_self_cost("early-exit"), batched="early-exit"),
     DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
                 help="a small trained decoder that drafts from the target's last hidden state",
-                cost_prior=_self_cost("prophet"), batched=lambda ctx, b: _batched("prophet", ctx, b)),
+                cost_prior=_self_cost("prophet"), batched="prophet"),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
                 cost_prior=_tree_step_prior),
@@ -219,7 +217,7 @@ class MethodSpec:
     name: str
     family: Family  # CHAIN: one sequence (decoders/loop.py; its drafter may grow trees); BEAM: decoders/beams
     fields: tuple[str, ...]  # the option fields it reads beyond the ones every run reads
-    uses_draft_model: Callable[["DecodeOptions"], bool] = lambda options: False
+    uses_draft_model: Callable[[Options], bool] = lambda options: False
     help: str = ""
 
 
@@ -253,12 +251,12 @@ def names(table: dict, family: Family | None = None) -> tuple[str, ...]:
     return tuple(name for name, spec in table.items() if family is None or spec.family == family)
 
 
-def uses_draft_model(options: "DecodeOptions") -> bool:
+def uses_draft_model(options: Options) -> bool:
     """Does this run load a draft model (the draft-model drafter, a tree grown by it, DSBD)?"""
     return method(options.method).uses_draft_model(options)
 
 
-def is_tree(options: "DecodeOptions") -> bool:
+def is_tree(options: Options) -> bool:
     return options.method == "speculative" and drafter(options.drafter).family == Family.TREE
 
 
@@ -280,7 +278,7 @@ def run_costs(ctx: BuildContext) -> "RunCosts | None":
                     curve=curve)
 
 
-def build_rule(options: "DecodeOptions", costs: "RunCosts | None" = None) -> DraftRule | None:
+def build_rule(options: Options, costs: "RunCosts | None" = None) -> DraftRule | None:
     """The baseline has no rule; a tree's shape sets its depth, so it gets a static rule of that many steps; with
     controller "cost" a chain's rule is wrapped by the draft controller, which needs the run's measured costs."""
     if options.method != "speculative":
@@ -306,7 +304,7 @@ class RunCosts:
     curve: object = None  # the decoders.costs.CostCurve behind t, for the trace
 
 
-def label(options: "DecodeOptions") -> str:
+def label(options: Options) -> str:
     """The chain and tree methods' human label (beam methods: decoders/beams/run.py)."""
     if options.method == "baseline":
         return "autoregressive baseline"
@@ -322,7 +320,7 @@ def label(options: "DecodeOptions") -> str:
     return f"speculative · {spec.label} · {rule(options.rule).label(options)}{controlled}"
 
 
-def tree_shape(options: "DecodeOptions") -> TreeShape:
+def tree_shape(options: Options) -> TreeShape:
     """EAGLE-1's static paths, EAGLE-2's (K, D, M), or DDD's (K, M, S, x, n, w), from the options."""
     if options.drafter == "eagle1":
         return TreeShape.static(options.tree_paths or STATIC_TREE)
@@ -332,7 +330,7 @@ def tree_shape(options: "DecodeOptions") -> TreeShape:
     return TreeShape(k=options.tree_k, steps=options.tree_depth, m=options.tree_m)
 
 
-def _eagle_head(options: "DecodeOptions", target):
+def _eagle_head(options: Options, target):
     """The EAGLE head a tree drafter grows from: a folder or hub id, or "auto" (shipped or trained for the target)."""
     from .eagle.official import EagleHeadError, load_official, locate_head
 

@@ -390,22 +390,13 @@ class BatchProphet(BatchDrafter):
         self.features, self.scored = [], []
 
 
-def build(name: str, ctx, batch: int) -> BatchDrafter:
-    """The batched form of registry drafter `name` (registry.DRAFTERS[name].batched calls this). ctx.runner is the
-    target's RaggedRunner."""
-    from ..drafters import PromptLookupDrafter
-
-    if name == "draft-model":
-        return BatchDraftModel(ctx.draft.model, batch)
-    if name == "layer-skip":
-        from ..registry import drafter as spec  # the registry's builder validates the skip set
-
-        return BatchLayerSkip(ctx.runner, spec("layer-skip").build(ctx))
-    if name == "prompt-lookup":
-        return PerRow([PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)) for _ in range(batch)])
-    if name in ("early-exit", "prophet"):
-        from ..registry import drafter as spec  # the registry's builder finds, loads and checks the trained weights
-
-        single = spec(name).build(ctx)
-        return BatchEarlyExit(ctx.runner, single) if name == "early-exit" else BatchProphet(single, batch)
-    raise ValueError(f"no batched form of drafter {name!r}")
+# The batched form of each registry drafter (registry.DRAFTERS[name].batched names one; decoders/batch/run.py
+# builds it). `single()` builds the registry's one-row drafter for the same context (ctx.runner is the target's
+# RaggedRunner): its builder validates a skip set, finds and checks trained weights, and the batched form reuses it.
+FORMS: dict[str, Callable[..., BatchDrafter]] = {
+    "per-row": lambda ctx, batch, single: PerRow([single() for _ in range(batch)]),
+    "draft-model": lambda ctx, batch, single: BatchDraftModel(ctx.draft.model, batch),
+    "layer-skip": lambda ctx, batch, single: BatchLayerSkip(ctx.runner, single()),
+    "early-exit": lambda ctx, batch, single: BatchEarlyExit(ctx.runner, single()),
+    "prophet": lambda ctx, batch, single: BatchProphet(single(), batch),
+}

@@ -8,7 +8,7 @@ from .. import registry
 from ..drafters import NoDraft
 from ..options import DecodeOptions, OptionsError
 from ..registry import BuildContext, Family
-from .drafters import BatchDrafter, PerRow
+from .drafters import FORMS, BatchDrafter, PerRow
 
 MAX_BATCH = 8
 
@@ -57,4 +57,5 @@ def check_model(model) -> None:
 def build_drafter(ctx: BuildContext, batch: int) -> BatchDrafter:
     if ctx.options.method == "baseline":
         return PerRow([NoDraft() for _ in range(batch)])
-    return registry.drafter(ctx.options.drafter).batched(ctx, batch)
+    spec = registry.drafter(ctx.options.drafter)
+    return FORMS[spec.batched](ctx, batch, lambda: spec.build(ctx))

@@ -9,21 +9,14 @@ decoder is one TokenDecoder (or one policy for TracedBeam) in search.py and one 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import OptionsError
+from .policy import Aggregate
 
-if TYPE_CHECKING:
-    from .options import WhisperOptions
-
-
-class Aggregate(StrEnum):
-    """How Min Lookahead folds a rollout's log-probabilities into one number."""
-
-    MIN = "min"    # the worst upcoming step
-    MEAN = "mean"
-    SUM = "sum"
+# A decoders.whisper.options.WhisperOptions. Not imported, not even for types: options.py validates against this
+# table, so the dependency runs one way (options -> registry; tests/test_import_graph.py keeps it so).
+Options = Any
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class DecoderSpec:
                (("eot_margin",) if self.filters_ends else ()) + \
                (("lookahead_depth", "lookahead_aggregate") if self.looks_ahead else ())
 
-    def build(self, task, options: "WhisperOptions"):
+    def build(self, task, options: Options):
         """This decoder as a whisper TokenDecoder on `task` (a task.TracedTask)."""
         from .search import EndFilter, Lookahead, TracedBeam, TracedGreedy
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from whisper.decoding import BeamSearchDecoder, GreedyDecoder
 
-from .registry import Aggregate
+from .policy import Aggregate
 from .rollout import greedy_rollout
 from .trace import BeamNode, BeamStep
 
