@@ -255,9 +255,12 @@ def test_the_opening_status_says_what_is_shown_and_what_run_does():
 def test_the_opening_line_shows_the_baseline_recorded_beside_it():
     """Issue 35.5: the first page showed the opening run's speed with no baseline, so "faster" was never seen. The
     baseline is recorded with it (bench/record_opening.py: same model, prompt, budget, machine, one process)."""
+    import re
+
     from app.tabs.generate.controls import OPENING_BASELINE, OPENING_TRACE
     from app.tabs.generate.layout import ASSETS, opening_status
     from app.tabs.generate.views import read_trace_file
+    from app.tabs.race.load import is_busy
 
     trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
     baseline = read_trace_file(ASSETS / "traces" / OPENING_BASELINE)
@@ -270,7 +273,10 @@ def test_the_opening_line_shows_the_baseline_recorded_beside_it():
     status = opening_status(trace, baseline)
     assert f"{fast:.2f} tokens/s, {fast / slow:.2f}× the baseline's {slow:.2f}" in status
     assert ", ".join(machine.split(", ")[:2]) in status and "**Run** repeats it live" in status
-    assert len(status) <= 150  # about three lines at 420 px (test_browser.py: the result follows Run closely)
+    shown = re.sub(r"<[^>]+>|\*\*", "", status)  # the visible text (a "busy" mark carries its measurement as a hover)
+    assert len(shown) <= 150  # about three lines at 420 px (test_browser.py: the result follows Run closely)
+    loads = [t.totals["recorded"]["load"] for t in (trace, baseline)]
+    assert ("busy" in shown) == any(is_busy(load) for load in loads)  # said only from the measured load
     other = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
     other.totals = {**other.totals, "recorded": {"machine": "another CPU, 8 cores"}}
     assert " on " not in opening_status(other, baseline).split("**")[0]  # no machine claimed when they differ

@@ -64,3 +64,10 @@ def test_a_busy_measurement_is_called_busy_and_no_file_names_no_figure(tmp_path)
 
 def test_the_shipped_results_give_a_figure():
     assert "× the baseline" in intro.race_intro()
+
+
+def test_a_run_from_before_load_was_measured_says_so(tmp_path):
+    path = results(tmp_path, [BASE, {"label": "speculative · prompt lookup · static γ=4", "speedup": 2.55}],
+                   date="2026-11-25", load_note="shared with other jobs; the load was not measured then")
+    assert "on 2026-11-25 on x86_64, 2 threads (shared with other jobs; the load was not measured then): " \
+           "prompt lookup · static γ=4 2.55×" in intro.race_intro(path)

@@ -4,6 +4,7 @@ Handlers live in handlers.py (UI values -> DecodeOptions -> rounds -> views); co
 """
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from app.shared.hosting import registry_only
 from app.shared.paths import ASSETS
 from app.shared.session import RunSession
 from app.shared.theme import PROVENANCE_COLORS
+from app.tabs.race.load import is_busy, load_words
 from app.shared.wiring import as_tuple, with_specials
 from app.figures.text import legend_html
 from app.tabs.generate import handlers
@@ -69,9 +71,15 @@ def opening_speed(trace, baseline) -> str:
     fast, slow = (trace.totals or {}).get("tokens_per_second"), (baseline.totals or {}).get("tokens_per_second")
     if not fast or not slow:
         return ""
-    machines = {(t.totals.get("recorded") or {}).get("machine") for t in (trace, baseline)}
+    recorded = [(t.totals or {}).get("recorded") or {} for t in (trace, baseline)]
+    machines = {r.get("machine") for r in recorded}
     machine = machines.pop() if len(machines) == 1 else None
     where = f" on {', '.join(machine.split(', ')[:2])}" if machine else ""
+    busy = [r["load"] for r in recorded if is_busy(r.get("load"))]
+    if busy and machine:  # said from the load measured while each was recorded (app/tabs/race/load.py)
+        worst = max(busy, key=lambda load: load.get("others_cores") or 0.0)
+        tip = html.escape(f"measured while recording: {load_words(worst)}", quote=True)
+        where += f' (<span title="{tip}" style="text-decoration: underline dotted; cursor: help">busy</span>)'
     return f"Recorded{where} at **{fast:.2f} tokens/s, {fast / slow:.2f}× the baseline's {slow:.2f}**"
 
 

@@ -42,7 +42,8 @@ def measured_sentence(path: Path = RESULTS) -> str:
     figures = ", ".join(f"{_short(row['label'])} {row['speedup']:.2f}×" for row in raced)
     when = f" on {str(data['date'])[:10]}" if data.get("date") else ""
     machine = f" on {data['machine']}" if data.get("machine") else ""
-    return (f"The last measured default race{when}{machine}{_load_note(rows)}: {figures} the baseline "
+    note = _load_note(rows) or (f" ({data['load_note']})" if data.get("load_note") else "")
+    return (f"The last measured default race{when}{machine}{note}: {figures} the baseline "
             f"(median of 3 timed runs; bench/results/race-defaults.md). Yours may differ. ")
 
 
