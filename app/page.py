@@ -11,8 +11,9 @@ from app.figures.batch import BATCH_CSS
 from app.figures.claims import CLAIMS_CSS
 from app.figures.race import RACE_CSS
 from app.figures.stats import STATS_CSS
+from app.figures.whisper import WHISPER_CSS
 from app.shared import glossary
-from app.shared.theme import PAGE_CSS, PAGE_JS
+from app.shared.theme import PAGE_CSS, PAGE_JS, SCROLL_CSS
 from app.tabs import beams as beams_tab
 from app.tabs.batch import layout as batch_tab
 from app.tabs import claims
@@ -21,34 +22,41 @@ from app.tabs.generate import layout as generate_tab
 from app.tabs.learn import lessons
 from app.tabs.race import layout as race_tab
 
-CSS = STATS_CSS + RACE_CSS + CLAIMS_CSS + BATCH_CSS + PAGE_CSS  # the layout (result right after Run on a phone) is in theme.PAGE_CSS
+# the layout (result right after Run on a phone) is in theme.PAGE_CSS, a wide table's scroll cue in theme.SCROLL_CSS
+CSS = STATS_CSS + RACE_CSS + CLAIMS_CSS + BATCH_CSS + WHISPER_CSS + PAGE_CSS + SCROLL_CSS
 INTRO = """# SpecLab · watch speculative decoding think
 A small **draft** proposes a few tokens, the big **target** checks them all in one forward pass and keeps the
 longest prefix it agrees with, plus one token of its own. Pick a method, press **Run**, then scrub through the
 rounds. Hover over anything with a number for what it means."""
 
 
-
-
 def build_demo() -> gr.Blocks:
     with gr.Blocks(title="SpecLab: watch speculative decoding think") as demo:
         gr.Markdown(INTRO)
-        with gr.Tab("Generate", id="generate"):
-            controls = generate_tab.build(demo)
-        with gr.Tab("Race", id="race"):
-            race_tab.build(controls)
-        with gr.Tab("Batch", id="batch"):
-            batch_tab.build()
-        with gr.Tab("Beams", id="beams"):
-            beams_controls = beams_tab.build()
-        with gr.Tab("Whisper", id="whisper"):
-            whisper_inputs = whisper_tab.build()
-            glossary.build()
-        with gr.Tab("Learn", id="learn"):
-            lessons.build(controls, whisper_inputs, beams_controls)
-        with gr.Tab("Claims", id="claims"):
-            claims.build()
+        # "wrap": every tab stays a labelled button on a phone (Gradio's default folds the later ones behind an
+        # unlabelled "⋯" menu); arrow keys move between them (theme.PAGE_JS).
+        with gr.Tabs(overflow_behavior="wrap", elem_id="sl-tabs"):
+            _tabs(demo)
     return demo
+
+
+def _tabs(demo: gr.Blocks) -> None:
+    """The tabs, in order (each one module or package under app/tabs/)."""
+    with gr.Tab("Generate", id="generate"):
+        controls = generate_tab.build(demo)
+    with gr.Tab("Race", id="race"):
+        race_tab.build(controls)
+    with gr.Tab("Batch", id="batch"):
+        batch_tab.build()
+    with gr.Tab("Beams", id="beams"):
+        beams_controls = beams_tab.build()
+    with gr.Tab("Whisper", id="whisper"):
+        whisper_inputs = whisper_tab.build()
+        glossary.build()
+    with gr.Tab("Learn", id="learn"):
+        lessons.build(controls, whisper_inputs, beams_controls)
+    with gr.Tab("Claims", id="claims"):
+        claims.build()
 
 
 def launch_kwargs() -> dict:

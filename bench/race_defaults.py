@@ -4,7 +4,9 @@
 
 For every candidate prompt: the baseline and the default methods (app/tabs/race/runs.py DEFAULT_METHODS), each a
 warm-up plus TIMED_RUNS timed runs in one hold of the decode slot (runs.race_runs), then the table's row for each
-(speed-up over the baseline, τ, acceptance, identical output). Prints one line per method and writes JSON.
+(speed-up over the baseline, τ, acceptance, identical output), how many rounds drafted (and how many had a cost-aware
+cap of 0) and the load measured during its timed runs (app/tabs/race/load.py). Prints one line per method and writes
+JSON with the date; the Race tab's intro quotes the repeat-list rows (app/tabs/race/intro.py).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import torch
 from app.figures.race import race_row
 from app.shared.loading import loaded
 from app.tabs.race import runs as race
+from app.tabs.race.load import load_words
+from app.tabs.race.verdicts import round_facts
 from decoders.trace import Trace
 
 from . import cli
@@ -40,9 +44,10 @@ def measure(prompt: str, tokens: int, methods: list[str]) -> list[dict]:
                               "temperature": 0.0, "seed": 0})
     with loaded(*runs):
         traces = [Trace.from_dict(d) for d in race.race_runs([o.to_dict() for o in runs], prompt)]
-    rows = [race_row(t, traces[0]) for t in traces]
-    return [{k: row[k] for k in ("label", "tokens_per_second", "speedup", "spread", "tau", "acceptance_rate", "gamma",
-                                 "identical")} for row in rows]
+    rows = [{**race_row(t, traces[0]), **round_facts(t)} for t in traces]  # round_facts: rounds, idle causes, load
+    return [{k: row.get(k) for k in ("label", "tokens_per_second", "speedup", "spread", "tau", "acceptance_rate",
+                                     "gamma", "identical", "rounds", "drafting", "cap_zero", "no_match", "load")}
+            for row in rows]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,8 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     names = [n for n in CANDIDATES if not args.only or n in args.only.split(",")]
     load = LoadMeter().start()
     results = {"machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-               "date": datetime.date.today().isoformat(), "tokens": args.tokens, "methods": race.DEFAULT_METHODS,
-               "command": cli.command("python -m bench.race_defaults", argv), "prompts": {}}
+               "date": datetime.datetime.now().isoformat(timespec="seconds"), "tokens": args.tokens,
+               "methods": race.DEFAULT_METHODS, "command": cli.command("python -m bench.race_defaults", argv),
+               "prompts": {}}
     for name in names:
         rows = measure(CANDIDATES[name], args.tokens, race.DEFAULT_METHODS)
         results["prompts"][name] = rows
@@ -63,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
             spread = row["spread"] and f"{row['spread'][0]:.1f}-{row['spread'][1]:.1f}"
             print(f"{name:22s} {row['label'][:48]:48s} {row['tokens_per_second']:6.1f} tok/s [{spread}] "
                   f"x{row['speedup'] or 0:.2f} tau {row['tau'] or 0:.2f} acc {row['acceptance_rate'] or 0:.2f} "
-                  f"gamma {row['gamma']:.1f} identical {row['identical']}", flush=True)
+                  f"gamma {row['gamma']:.1f} identical {row['identical']} drafting {row['drafting']}/{row['rounds']} "
+                  f"cap0 {row['cap_zero']} load {load_words(row['load'])}", flush=True)
     results["load"] = load.stop()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

@@ -1,4 +1,4 @@
-"""Builds the trace while the loop runs. With record=False it keeps counters, ids and timings only."""
+"""Builds the trace while the loop runs. With record=False: counters, ids, timings and each round's rule decision."""
 from __future__ import annotations
 
 import time
@@ -82,8 +82,9 @@ class TraceBuilder:
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
-        elif rule_name is not None:  # recording off: the round's cap and why, a few numbers (no checks, no curves)
-            rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, **_decision(rule_after)}
+        elif rule_name is not None:  # why a round drafted what it did, even unrecorded: the Race's verdicts read it
+            rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": [],
+                        **_decision(rule_after)}
         self.trace.rounds.append(rnd)
         self._add_tokens(committed, provenance, index, readout.top_of(([0] + verdict.path)[:len(committed)]))
         return rnd
@@ -132,9 +133,9 @@ class TraceBuilder:
 
 
 def _decision(rule_after: dict) -> dict:
-    """The controller's choice without its curves (the gain and t lists stay with recording on)."""
+    """The controller's choice without its curves (gain, t: 33 numbers a round), for a round recorded off."""
     controller = rule_after.get("controller")
     if not controller:
         return {}
-    return {"controller": {k: v for k, v in controller.items() if not isinstance(v, list)}}
+    return {"controller": {k: v for k, v in controller.items() if not isinstance(v, (list, tuple, dict))}}
 

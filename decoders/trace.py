@@ -60,8 +60,9 @@ RoundRecord
   totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
         measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
         totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)
-With recording off, rounds keep their counters, committed ids and timings, and the rule's name, limit, stop reason
-and the controller's decision (cap, best, probe, why, α, c: no curves); nodes, texts and rule checks are empty.
+With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty,
+and rule keeps only name, limit, reason and the controller's scalar choice (cap, best, probe, alpha, c, ...; no
+curves): why a round drafted nothing (a cap of 0, or no n-gram match) is readable in every run.
 """
 from __future__ import annotations
 

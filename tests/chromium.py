@@ -106,3 +106,23 @@ def shot(page, name: str, selector: str | None = None, publish: bool = False, fu
         DOCS.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, DOCS / path.name)
     return path
+
+
+# A legend that overlaps its plot's axis titles or tick labels, or runs past the plot's right edge (clipped), for every
+# plotly plot under `scope` (issue 35.6: on a phone a wrapped legend at a negative paper y covered the x-axis title).
+LEGEND_COLLISIONS = """(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].flatMap(plot => {
+    const legend = plot.querySelector('.legend'), svg = plot.querySelector('.main-svg');
+    if (!legend || !svg) return [];
+    const l = legend.getBoundingClientRect(), s = svg.getBoundingClientRect();
+    if (!l.width) return [];
+    const where = plot.parentElement.closest('[id]').id;
+    const hits = [...plot.querySelectorAll('.g-xtitle, .g-x2title, .g-x3title, .g-ytitle, .xtick text, .x2tick text')]
+        .filter(t => { const r = t.getBoundingClientRect();
+            return r.width > 0 && r.left < l.right - 1 && l.left < r.right - 1 && r.top < l.bottom - 1 &&
+                l.top < r.bottom - 1; })
+        .map(t => where + ': legend over "' + t.textContent + '"');
+    return l.right > s.right + 1 || l.left < s.left - 1 ? [...hits, where + ': legend clipped'] : hits; })"""
+
+
+def legend_collisions(page, scope: str = "body") -> list[str]:
+    return page.evaluate(LEGEND_COLLISIONS, scope)

@@ -252,6 +252,36 @@ def test_the_opening_status_says_what_is_shown_and_what_run_does():
     assert len(status) <= 90  # two lines at 420 px: the result must follow Run closely (test_browser.py)
 
 
+def test_the_opening_line_shows_the_baseline_recorded_beside_it():
+    """Issue 35.5: the first page showed the opening run's speed with no baseline, so "faster" was never seen. The
+    baseline is recorded with it (bench/record_opening.py: same model, prompt, budget, machine, one process)."""
+    import re
+
+    from app.tabs.generate.controls import OPENING_BASELINE, OPENING_TRACE
+    from app.tabs.generate.layout import ASSETS, opening_status
+    from app.tabs.generate.views import read_trace_file
+    from app.tabs.race.load import is_busy
+
+    trace = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    baseline = read_trace_file(ASSETS / "traces" / OPENING_BASELINE)
+    assert baseline.method == "baseline" and baseline.prompt == trace.prompt
+    for name in ("model", "dtype", "max_new_tokens", "temperature", "chat"):
+        assert baseline.options[name] == trace.options[name], name
+    machine = trace.totals["recorded"]["machine"]
+    assert baseline.totals["recorded"]["machine"] == machine  # one machine recorded both
+    fast, slow = trace.totals["tokens_per_second"], baseline.totals["tokens_per_second"]
+    status = opening_status(trace, baseline)
+    assert f"{fast:.2f} tokens/s, {fast / slow:.2f}× the baseline's {slow:.2f}" in status
+    assert ", ".join(machine.split(", ")[:2]) in status and "**Run** repeats it live" in status
+    shown = re.sub(r"<[^>]+>|\*\*", "", status)  # the visible text (a "busy" mark carries its measurement as a hover)
+    assert len(shown) <= 150  # about three lines at 420 px (test_browser.py: the result follows Run closely)
+    loads = [t.totals["recorded"]["load"] for t in (trace, baseline)]
+    assert ("busy" in shown) == any(is_busy(load) for load in loads)  # said only from the measured load
+    other = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
+    other.totals = {**other.totals, "recorded": {"machine": "another CPU, 8 cores"}}
+    assert " on " not in opening_status(other, baseline).split("**")[0]  # no machine claimed when they differ
+
+
 def test_a_run_of_the_opening_prompt_says_whether_it_repeated_the_recording():
     from dataclasses import replace
 

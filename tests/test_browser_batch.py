@@ -43,6 +43,14 @@ def test_a_batch_draws_lanes_and_a_lane_opens_its_row(browser, demo_url, width, 
         title = page.evaluate("document.querySelector('#bt-tree .js-plotly-plot').layout.title.text")
         assert "round" in title.lower()
         page.locator("#bt-lanes").scroll_into_view_if_needed()
+        clipped = page.evaluate("""() => { const box = document.querySelector('#bt-lanes .sl-scroll-x')
+                .getBoundingClientRect();
+            return [...document.querySelectorAll('#bt-lanes .bt-count')].filter(c => {
+                const r = c.getBoundingClientRect(); return r.right > box.right + 1 || r.left < box.left - 1; })
+                .map(c => c.innerText); }""")
+        assert clipped == [], "a lane's count is cut off (issue 35.6: it sat after the track)"
+        overflows = page.get_attribute("#bt-lanes .sl-scroll", "data-overflows") is not None
+        assert page.locator("#bt-lanes .sl-scroll-cue").is_visible() == overflows  # the cue shows only when needed
         shot(page, f"batch-{width}", publish=True, full_page=True)
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 1, "the page scrolls sideways (the lanes scroll inside their own box instead)"

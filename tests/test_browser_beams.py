@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import pytest
 from app_server import wait_for_opening_controls
-from chromium import MARKS, new_context, shot
+from chromium import MARKS, legend_collisions, new_context, shot
 
 pytestmark = [pytest.mark.slow, *MARKS]
+# The run has ended: every streamed status names the peak KV, only the last one a stop reason (theme.STOP_WORDS).
+FINISHED = ("(() => { const s = document.querySelector('#bm-status').innerText; return s.includes('peak KV') && "
+            "(s.includes('reached the max new tokens') || s.includes('finished at end-of-sequence')); })()")
 
 
 def open_beams(context, url):
@@ -23,12 +26,7 @@ def open_beams(context, url):
     page.set_default_timeout(120_000)
     page.goto(url)
     wait_for_opening_controls(page)
-    tab = page.get_by_role("tab", name="Beams", exact=True)
-    if tab.count() and tab.first.is_visible():
-        tab.first.click()
-    else:  # on a phone the later tabs sit behind Gradio's "More tabs" menu
-        page.get_by_label("More tabs").click()
-        page.locator(".overflow-menu button", has_text="Beams").click()
+    page.get_by_role("tab", name="Beams", exact=True).click()  # a visible tab at 420 px too (issue 35.6)
     return page
 
 
@@ -54,15 +52,23 @@ def test_a_dsbd_run_draws_forest_width_and_scores(page):
                            " return d && d.layout.title && d.layout.title.text.includes('iteration'); }",
                            timeout=600_000)
     shot(page, "beams-forest-midrun-smollm2", "#bm-forest")
-    page.wait_for_function("document.querySelector('#bm-status').innerText.includes('peak KV')", timeout=600_000)
+    page.wait_for_function(FINISHED, timeout=600_000)
     assert page.inner_text("#bm-error").strip() == ""
     assert "drafts with smollm2-135m itself" in page.inner_text("#bm-status")
     title = plot(page, "bm-forest", "d.layout.title.text").replace("<br>", " ")
     assert "DSBD" in title or "dsbd" in title.lower()
+    assert plot(page, "bm-scores", "d.data.length") >= 1
+    # the run ends on its last iteration, which may draft no layer (16 tokens at 5 a round leave 1 for the target);
+    # the first iteration drafted γ layers: its D[W] panel has the distributions and the thres line
+    slider = page.locator("#bm-iteration input[type=range]")
+    slider.focus()
+    slider.press("Home")
+    page.wait_for_function("() => { const t = document.querySelector('#bm-width .js-plotly-plot').layout.title;"
+                           " return ((t && t.text) || '').includes('iteration 1:'); }")
     names = plot(page, "bm-width", "d.data.map(t => t.name || '')")
     assert "D[k] = P(A = k)" in names and any(n.startswith("thres = 0.7") for n in names)
-    assert plot(page, "bm-scores", "d.data.length") >= 1
     shot(page, "beams-width-panel-smollm2", "#bm-width")
+    slider.press("End")
 
 
 def test_scrubbing_redraws_an_earlier_iteration(page):
@@ -83,10 +89,15 @@ def test_on_a_phone_the_width_and_score_panels_stack(browser, demo_url):
         max_tokens.fill("8")
         max_tokens.press("Enter")
         page.click("#bm-run")
-        page.wait_for_function("document.querySelector('#bm-status').innerText.includes('peak KV')", timeout=600_000)
+        page.wait_for_function(FINISHED, timeout=600_000)
         width, scores = page.locator("#bm-width").bounding_box(), page.locator("#bm-scores").bounding_box()
         assert scores["y"] >= width["y"] + width["height"] - 1  # one above the other, not side by side
         assert width["width"] > 300 and scores["width"] > 300
         assert "keep a fixed width" in plot(page, "bm-width", "d.layout.annotations[0].text").replace("<br>", " ")
         assert "max_new_tokens" not in page.inner_text("#bm-status")
+        page.wait_for_selector("#bm-forest .js-plotly-plot .legend")
+        assert legend_collisions(page, "#bm-forest") == []  # issue 35.6: the legend sat over the "layer" title
+        assert legend_collisions(page, "#bm-scores") == []
+        for elem in ("bm-forest", "bm-scores"):  # issue 35.8: both plots say what they show to a screen reader
+            assert len(page.get_attribute(f"#{elem} .js-plotly-plot", "aria-label") or "") > 20
         shot(page, "beams-tab-420", publish=True, full_page=True)

@@ -59,6 +59,14 @@ def test_the_default_click_shows_greedy_err_where_beam_search_does_not(page, mon
     boxes = [page.locator(f"#sw-tree-{i}").bounding_box() for i in range(3)]
     assert boxes[0]["y"] + boxes[0]["height"] <= boxes[1]["y"] + 1 and boxes[1]["x"] == boxes[0]["x"]  # stacked
     assert all(b["x"] >= 0 and b["x"] + b["width"] <= 421 for b in boxes)  # nothing cut at the side
+    page.wait_for_timeout(300)  # the results box re-measures its overflow on the next frame
+    cut = page.evaluate("""() => { const box = document.querySelector('#sw-results .sl-scroll-x')
+            .getBoundingClientRect();
+        return [...document.querySelectorAll('#sw-results th')].filter(th => {
+            const r = th.getBoundingClientRect(); return r.right > box.right + 1; }).map(th => th.innerText); }""")
+    if cut:  # issue 35.6: time/RTF/steps were clipped with no sign that the table scrolls
+        assert page.locator("#sw-results .sl-scroll-cue").is_visible(), cut
+    assert all(page.get_attribute(f"#sw-results th:nth-child({i})", "title") for i in range(1, 7))
     shot(page, "whisper-tab-420", publish=True, full_page=True)
     page.set_viewport_size({"width": 1280, "height": 800})
     title = "(() => document.querySelector('#sw-tree-1 .js-plotly-plot').layout.title.text)()"

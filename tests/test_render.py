@@ -500,10 +500,13 @@ def test_stats_chart_has_axis_titles_and_a_time_legend(tiny_traces):
     assert domains[0][0] > domains[1][1] > domains[1][0] > domains[2][1]  # stacked, one per row
 
 
-def test_race_table_scrolls_inside_its_box(tiny_traces):
+def test_race_table_scrolls_inside_its_box_with_a_cue(tiny_traces):
+    from app.shared.theme import SCROLL_CSS
+
     base = tiny_traces["baseline"]
-    assert race_table_html([race_row(base, base)]).startswith('<div class="sl-race-wrap">')
-    assert ".sl-race-wrap { overflow-x: auto;" in RACE_CSS
+    table = race_table_html([race_row(base, base)])
+    assert table.startswith('<div class="sl-scroll"><div class="sl-scroll-cue"') and 'class="sl-scroll-x"' in table
+    assert ".sl-scroll-x { overflow-x: auto;" in SCROLL_CSS and ".sl-scroll[data-overflows] .sl-scroll-cue" in SCROLL_CSS
 
 
 def test_race_row_shows_the_median_and_the_range_of_the_timed_runs(tiny_traces):

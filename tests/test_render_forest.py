@@ -116,7 +116,10 @@ def test_candidates_are_ranked_and_scores_plotted():
 
 
 def test_empty_views_say_so():
-    assert "no beam forest" in forest_figure(None).layout.title.text
+    """And say it to a screen reader too (layout.meta becomes the plot's aria-label; issue 35.8)."""
+    for fig in (forest_figure(None), scores_figure(None), width_figure(None)):
+        assert fig.layout.meta and fig.layout.meta.split(":")[0] in fig.layout.annotations[0].text.replace("<br>", " ")
+    assert "Beam forest: none yet" in forest_figure(None).layout.annotations[0].text.replace("<br>", " ")
     assert "No finished" in candidates_html(None)
     assert "No DSBD layer yet" in width_figure(None).layout.annotations[0].text
 

@@ -14,10 +14,11 @@ import plotly.graph_objects as go
 from decoders.batch import BatchTrace
 
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, legend_below, scroll_box, title_margin, \
+    wrap_title
 
 BATCH_CSS = """
-.bt-lanes { font-size: 12px; overflow-x: auto; padding-bottom: 4px; }
+.bt-lanes { font-size: 12px; padding-bottom: 4px; }
 .bt-lane { display: flex; align-items: center; gap: 6px; margin: 3px 0; padding: 2px 4px; border-radius: 6px;
            cursor: pointer; border: 2px solid transparent; background: none; width: max-content; min-width: 100%;
            font: inherit; color: inherit; text-align: left; }
@@ -33,7 +34,7 @@ BATCH_CSS = """
                background-image: linear-gradient(45deg, transparent 45%, #222 45%, #222 55%, transparent 55%); }
 .bt-pad { background: repeating-linear-gradient(135deg, #d9d9d9 0 2px, #f7f7f7 2px 4px); }
 .bt-gone { width: 9px; height: 16px; display: inline-block; }
-.bt-count { flex: none; min-width: 7em; color: #333; }
+.bt-count { flex: none; min-width: 7.5em; color: #333; white-space: nowrap; }
 .bt-key { display: inline-flex; align-items: center; gap: 4px; margin-right: 12px; cursor: help; }
 """
 
@@ -98,9 +99,9 @@ def lanes_html(batch: BatchTrace | None, selected: int | None = None) -> str:
         chosen = " bt-selected" if row == selected else ""
         lanes.append(f'<button class="bt-lane{chosen}" data-row="{row}" title="row {row + 1}: click to open its '
                      f'rounds below">'
-                     f'<span class="bt-name">row {row + 1}</span><span class="bt-track">{"".join(blocks)}</span>'
-                     f'{count}</button>')
-    return f'<div class="bt-lanes"><div>{keys}</div>{"".join(lanes)}</div>'
+                     f'<span class="bt-name">row {row + 1}</span>{count}<span class="bt-track">{"".join(blocks)}</span>'
+                     '</button>')  # the count before the track: a long lane scrolls, its numbers stay in view
+    return f'<div class="bt-lanes"><div>{keys}</div>{scroll_box("".join(lanes), "rounds")}</div>'
 
 
 _KEYS = (("kept", "accepted draft", "a draft token the target accepted (kept)"),
@@ -152,7 +153,7 @@ def throughput_figure(rows: list[dict], title: str = "", height: int = 360) -> g
                           "the batch's decode seconds)<extra></extra>"))
     text = wrap_title(title or "Total tokens/s against batch size B")
     fig.update_layout(height=height, title=dict(text=text, font=dict(size=14)), plot_bgcolor="white",
-                      margin=dict(l=50, r=10, t=title_margin(text), b=40), legend=dict(orientation="h", y=-0.25),
+                      margin=dict(l=50, r=10, t=title_margin(text), b=40), legend=legend_below(),
                       xaxis=dict(title="B (rows decoded together)", type="log", tickvals=[1, 2, 4, 8],
                                  gridcolor="#eee"),
                       yaxis=dict(title="total tokens/s", gridcolor="#eee", rangemode="tozero"))

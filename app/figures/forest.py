@@ -21,8 +21,8 @@ from plotly.subplots import make_subplots
 from decoders.beams.trace import BeamTrace
 
 from app.shared.words import counted
-from app.shared.theme import (OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, sig, stop_words, title_margin,
-                              visible_token, wrap_title)
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, STATUS_SYMBOLS, describe, empty_figure, legend_below, \
+    scroll_box, sig, stop_words, title_margin, visible_token, wrap_title
 
 FOREST_STATUS = ("root", "accepted", "rejected", "not_reached")  # decoders/beams/trace.py NODE_STATUS
 FOREST_LABELS = {"root": "input beam", "accepted": "accepted", "rejected": "rejected", "not_reached": "not reached"}
@@ -118,9 +118,9 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     fig = go.Figure()
     it = iteration_of(trace, index)
     if it is None or not it["nodes"]:
-        fig.update_layout(title="no beam forest yet" if it is None else "forest not recorded (record is off)",
-                          height=260, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return empty_figure("Beam forest: none yet. Run a beam method to draw each iteration's candidates, layer "
+                            "by layer." if it is None else "Beam forest: not recorded (the run had recording off).",
+                            260)
     nodes = it["nodes"]
     pos = forest_layout(nodes)
     survivors = beam_paths(nodes, it["beams"])
@@ -135,7 +135,7 @@ def forest_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
                       margin={"l": 10, "r": 10, "t": title_margin(title), "b": 10}, hovermode="closest",
                       xaxis={"title": "layer", "dtick": 1, "zeroline": False},
                       yaxis={"visible": False, "autorange": "reversed"},
-                      legend={"orientation": "h", "y": -0.12, "yanchor": "top"}, plot_bgcolor="white")
+                      legend=legend_below(), plot_bgcolor="white")
     counts = {s: sum(n["status"] == s for n in nodes) for s in FOREST_STATUS}
     summary = ", ".join(f"{v} {FOREST_LABELS[s]}" for s, v in counts.items() if v)
     return describe(fig, f"Beam forest of {trace.label} at iteration {it['index'] + 1}: {summary}; "
@@ -232,9 +232,11 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
             return _sentence(f"Iteration {it['index'] + 1} drafted no layer: the run had one token left to write, "
                              "which the target draws itself. Scrub to an earlier iteration to see D[W].")
         return _sentence("No DSBD layer yet: run DSBD to see how wide each drafted layer may grow.")
+    # one narrow panel per layer: two short title lines and "k" under each fit a phone (~80 px a panel at 420 px)
     fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
-                        subplot_titles=[f"layer {layer['layer']}: K={layer['width']}"
+                        subplot_titles=[f"layer {layer['layer']}<br>K={layer['width']}"
                                         + ("" if layer.get("passed", True) else " (stopped)") for layer in layers])
+    fig.update_annotations(font_size=11)
     for col, layer in enumerate(layers, start=1):
         counts = list(range(len(layer["distribution"])))
         fig.add_trace(go.Bar(x=counts, y=layer["distribution"], name="D[k] = P(A = k)", showlegend=col == 1,
@@ -249,10 +251,12 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
                                  name=f"thres = {layer['thres']}", line={"dash": "dash", "color": "#000000"},
                                  showlegend=col == 1, legendgroup="thres", hoverinfo="skip"), row=1, col=col)
     fig.update_yaxes(range=[0, 1.05])
-    fig.update_xaxes(dtick=1, title_text="k accepted of W")
-    title = f"Width per layer, iteration {it['index'] + 1}: the widest K with P(A ≥ K) ≥ thres"
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300, bargap=0.15, plot_bgcolor="white",
-                      margin={"l": 40, "r": 10, "t": 70, "b": 40}, legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(dtick=1, title_text="k", title_standoff=4)
+    title = wrap_title(f"Width per layer, iteration {it['index'] + 1}: the widest K with P(A ≥ K) ≥ thres "
+                       "(k = drafts accepted of W)")
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300 + 18 * title.count("<br>"),
+                      bargap=0.15, plot_bgcolor="white", legend=legend_below(),
+                      margin={"l": 40, "r": 10, "t": title_margin(title) + 30, "b": 40})
     chosen = ", ".join(f"layer {layer['layer']} K={layer['width']}" for layer in layers)
     return describe(fig, f"Acceptance-count distributions D[W] at iteration {it['index'] + 1}: {chosen}.")
 
@@ -260,8 +264,8 @@ def width_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure
 def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figure:
     fig = go.Figure()
     if trace is None or not trace.iterations:
-        fig.update_layout(title="no beam scores yet", height=240, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return empty_figure("Beam ranking scores: none yet. Run a beam method to plot each beam's score by "
+                            "iteration.", 240)
     xs, ys, logps, best_x, best_y = [], [], [], [], []
     for it in trace.iterations:
         for beam in it["beams"]:
@@ -286,7 +290,7 @@ def scores_figure(trace: BeamTrace | None, index: int | None = None) -> go.Figur
     fig.update_layout(title={"text": wrap_title(f"Beam ranking {label} by iteration"), "font": {"size": 14}},
                       height=300, xaxis={"title": "iteration", "dtick": max(1, len(trace.iterations) // 10)},
                       yaxis={"title": "score" if trace.method == "beam-search" else "score (not log p)"}, margin={"l": 50, "r": 10, "t": 50, "b": 40}, plot_bgcolor="white",
-                      legend={"orientation": "h", "y": -0.3})
+                      legend=legend_below())
     return describe(fig, f"Scores of {counted(len(ys), 'beam')} over {counted(len(trace.iterations), 'iteration')}.")
 
 
@@ -303,11 +307,17 @@ def candidates_html(trace: BeamTrace | None) -> str:
     rows = "".join(f'<tr data-rank="{rank}"><td>{rank}</td><td class="bm-text">{html.escape(c["text"])}</td>'
                    f'<td title="{score_tip}">{sig(c["score"])}</td>'
                    f'<td title="{logp_tip}">{"—" if c.get("logp") is None else sig(c["logp"])}</td>'
-                   f"<td>{len(c['tokens'])}</td></tr>"
+                   f'<td title="{TOKENS_TIP}">{len(c["tokens"])}</td></tr>'
                    for rank, c in enumerate(trace.candidates, start=1))
-    return (f'<div id="bm-candidates" style="overflow-x: auto"><table class="bm-table"><tr><th>rank</th><th>candidate</th>'
-            f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
-            f'<th title="{logp_tip}" {TIP}>log p (target)</th><th>tokens</th></tr>{rows}</table></div>')
+    table = (f'<table class="bm-table"><tr><th title="{RANK_TIP}" {TIP}>rank</th><th>candidate</th>'
+             f'<th title="{score_tip}" {TIP}>{html.escape(score_label(trace.method))} ÷ length</th>'
+             f'<th title="{logp_tip}" {TIP}>log p (target)</th><th title="{TOKENS_TIP}" {TIP}>tokens</th></tr>{rows}'
+             '</table>')
+    return f'<div id="bm-candidates">{scroll_box(table)}</div>'
+
+
+RANK_TIP = "the finished candidates ordered by the ranking score ÷ length, best first (the one returned is rank 1)"
+TOKENS_TIP = "the candidate's length in generated tokens"
 
 
 def _lines(text: str, width: int) -> list[str]:

@@ -19,7 +19,7 @@ from decoders.trace import Trace
 
 from app.figures.stats import totals
 from app.figures.tree import empty_figure
-from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, describe, legend_below, scroll_box, title_margin, wrap_title
 
 
 def race_row(trace: Trace | BeamTrace, baseline: Trace | None) -> dict:
@@ -165,8 +165,7 @@ def race_table_html(rows: list[dict]) -> str:
         last = f'<td class="{css}" title="{html.escape(hover, quote=True)}">{html.escape(same)}</td>'
         body.append("<tr>" + method_cell(row) + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + last +
                     "</tr>")
-    return (f'<div class="sl-race-wrap"><table class="sl-race"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+    return scroll_box(f'<table class="sl-race"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
 def method_cell(row: dict) -> str:
@@ -190,7 +189,7 @@ def memory_text(value) -> str:
 
 def speed_figure(rows: list[dict], height: int = 400) -> go.Figure:
     if not rows:
-        return empty_figure("No race yet.", height)
+        return empty_figure("Tokens per second: no race yet. Press Race to time the baseline and the methods.", height)
     top = max((r["tokens_per_second"] or 0 for r in rows), default=0) or 1.0
     fig = go.Figure(go.Bar(
         x=[_short(r["label"]) for r in rows], y=[r["tokens_per_second"] or 0 for r in rows], cliponaxis=False,
@@ -208,6 +207,12 @@ def speed_figure(rows: list[dict], height: int = 400) -> go.Figure:
                         + (f", {_f(r['speedup'], '{:.2f}×')} the baseline" if r["method"] != "baseline" else "")
                         for r in rows)
     return describe(fig, f"Tokens per second. {summary}.")
+
+
+def legend_name(text: str) -> str:
+    """A legend entry that fits a phone-width legend (one plotly never wraps): 'speculative · ' dropped, then broken
+    into lines of at most 36 characters."""
+    return wrap_title(text.replace("speculative · ", ""), 36)
 
 
 def _short(label: str) -> str:
@@ -230,21 +235,21 @@ def leviathan_figure(rows: list[dict], height: int = 400) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=alphas, y=[expected_speedup(a, gamma, c) for a in alphas], mode="lines",
             line=dict(color=color, dash=dashes[i % len(dashes)]),
-            name=f"S(α) {row['label']} (γ={gamma:.1f}, c={c:.2f})",
+            name=legend_name(f"S(α) {row['label']} (γ={gamma:.1f}, c={c:.2f})"),
             hovertemplate=f"α = %{{x:.2f}}<br>expected speedup S = %{{y:.2f}}× (γ = {gamma:.1f}, c = {c:.3f})"
                           "<extra></extra>"))
         predicted = expected_speedup(row["alpha"], gamma, c)
         fig.add_trace(go.Scatter(
             x=[row["alpha"]], y=[row["speedup"] or 0], mode="markers", marker=dict(size=13, color=color,
                                                                                       symbol="star"),
-            name=f"measured: {row['label']}",
+            name=legend_name(f"measured: {row['label']}"),
             hovertemplate=f"measured speedup %{{y:.2f}}× at α̂ = %{{x:.2f}} (α̂ from τ = {row['tau']:.2f})<br>"
                           f"the curve predicts {predicted:.2f}× there<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color="#999", dash="dot"))
     title = "Leviathan's expected speedup<br>S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
     fig.update_layout(title=dict(text=title, font=dict(size=13)),
                       height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=-0.3, x=0),
+                      legend=legend_below(),
                       xaxis=dict(title="α (per-token acceptance probability)", range=[0, 1], gridcolor="#eee"),
                       yaxis=dict(title="speedup over the baseline", gridcolor="#eee", rangemode="tozero"))
     points = "; ".join(f"{r['label']}: measured {_f(r['speedup'], '{:.2f}×')} at α̂ = {r['alpha']:.2f}, the curve "
@@ -264,7 +269,7 @@ def cost_curves_figure(here: dict | None, elsewhere: dict | None, height: int = 
     for curve, color, dash in curves:
         fig.add_trace(go.Scatter(
             x=curve["ns"], y=curve["t"], mode="lines+markers", line=dict(color=color, dash=dash),
-            name=curve["label"],
+            name=legend_name(curve["label"]),
             hovertemplate=f"{html.escape(curve['label'])}<br>verifying %{{x}} tokens in one forward costs %{{y:.2f}}× "
                           f"one token (t(n)/t(1), {curve['model']} {curve['dtype']}, measured "
                           f"{curve['measured_at']})<extra></extra>"))
@@ -272,7 +277,7 @@ def cost_curves_figure(here: dict | None, elsewhere: dict | None, height: int = 
     models = sorted({f"{c['model']} {c['dtype']}" for c, _, _ in curves})
     title = wrap_title(f"Verification cost t(n)/t(1) · {' vs '.join(models)}")
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=height, plot_bgcolor="white",
-                      margin=dict(l=10, r=10, t=title_margin(title), b=10), legend=dict(orientation="h", y=-0.3, x=0),
+                      margin=dict(l=10, r=10, t=title_margin(title), b=10), legend=legend_below(),
                       xaxis=dict(title="n (tokens verified at once)", gridcolor="#eee", type="log",
                                  tickvals=[1, 2, 4, 8, 16, 32, 64]),
                       yaxis=dict(title="t(n)/t(1) (one-token steps)", gridcolor="#eee", rangemode="tozero"))
@@ -309,7 +314,7 @@ RACE_CSS = """
 .sl-race th, .sl-race td { border-bottom: 1px solid var(--border-color-primary, #ddd); padding: 4px 10px;
                            text-align: left; }
 .sl-race th { cursor: help; }
-.sl-race-wrap { overflow-x: auto; max-width: 100%; }
+@media (max-width: 860px) { .sl-race { font-size: 12.5px; } .sl-race th, .sl-race td { padding: 3px 5px; } }
 .sl-race td.sl-rounding { cursor: help; text-decoration: underline dotted; }
 .sl-race td.sl-mismatch { color: #b00020; font-weight: 600; cursor: help; }
 """

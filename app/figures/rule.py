@@ -12,7 +12,7 @@ from decoders.trace import Trace
 
 from app.figures.tree import empty_figure
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, legend_below, title_margin, wrap_title
 
 ADAPTIVE = ("adaedl", "max-confidence")
 
@@ -69,7 +69,7 @@ def positions_figure(trace: Trace, index: int | None = None, height: int = 340) 
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)),
         height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white", barmode="overlay",
-        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        legend=legend_below(font=dict(size=11)),
         xaxis=dict(title="draft position", dtick=1, showgrid=False),
         yaxis=dict(title="entropy (nats)", side="right", showgrid=False, rangemode="tozero",
                    visible=name == "adaedl"),
@@ -128,7 +128,7 @@ def controller_figure(trace: Trace, index: int, height: int = 340) -> go.Figure:
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), height=height,
         margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white",
-        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        legend=legend_below(font=dict(size=11)),
         xaxis=dict(title="tree nodes sent M" if "m" in decision else "draft cap L (tokens)", showgrid=False),
         yaxis=dict(title="(1 + κΣv) / (steps·c + t(M+1))" if "m" in decision else "E[tokens] / (L·c + t(L+1))",
                    gridcolor="#eee", rangemode="tozero"))
@@ -186,7 +186,7 @@ def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> 
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)),
         height=height, margin=dict(l=10, r=10, t=title_margin(title), b=10), plot_bgcolor="white", barmode="overlay",
-        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        legend=legend_below(font=dict(size=11)),
         xaxis=dict(title="round", showgrid=False),
         yaxis=dict(title="λ / AR", range=[0, 1.05], gridcolor="#eee", visible=name in ADAPTIVE),
         yaxis2=dict(title="tokens", overlaying="y", side="right", showgrid=False, rangemode="tozero"),

@@ -19,7 +19,8 @@ from decoders.options import TREE_DRAFTERS
 from decoders.trace import RoundRecord, Trace
 
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, sig, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, legend_below, sig, title_margin, \
+    wrap_title
 
 METHOD_NAMES = {"eagle2": "EAGLE-2", "ddd": "DDD"}
 CALIBRATION_EDGES = (0.0, 0.01, 0.03, 0.1, 0.3, 0.6, 1.0)  # value buckets: most of the pool is far below 0.1
@@ -134,7 +135,7 @@ def growth_figure(trace: Trace, index: int | None = None, height: int = 340) -> 
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white", barmode="overlay",
         margin=dict(l=10, r=10, t=title_margin(title), b=10),
-        legend=dict(orientation="h", y=-0.22, x=0, yanchor="top", font=dict(size=11)),
+        legend=legend_below(font=dict(size=11)),
         xaxis=dict(title="expansion step (and the frontier it left)", dtick=1, showgrid=False),
         yaxis=dict(title="candidates", side="right", showgrid=False, rangemode="tozero"),
         yaxis2=dict(title="H (log-probability)", overlaying="y", side="left", gridcolor="#eee"))

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from decoders.trace import Trace
 
-from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, describe, legend_below, title_margin, wrap_title
 
 COLORS = {"shared": OKABE_ITO["sky blue"], "verify": "#BBBBBB", "block": OKABE_ITO["orange"],
           "head": OKABE_ITO["bluish green"]}
@@ -78,5 +78,5 @@ def exit_figure(trace: Trace | None) -> go.Figure | None:
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=250,
                       margin=dict(l=10, r=10, t=title_margin(title), b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False, range=[-0.2, 2.6]),
-                      legend=dict(orientation="h", y=-0.05, font=dict(size=10)), plot_bgcolor="white")
+                      legend=legend_below(font=dict(size=10)), plot_bgcolor="white")
     return describe(fig, summary)

@@ -15,7 +15,7 @@ from decoders.stats import summarize
 from decoders.trace import Trace
 
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, stop_words
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, legend_below, stop_words
 
 from .runtime import runtime_html
 
@@ -116,7 +116,7 @@ def stats_figure(trace: Trace, height: int = 640) -> go.Figure:
                              marker_pattern_shape=pattern,
                              hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"), row=3, col=1)
     fig.update_layout(height=height, showlegend=True, barmode="stack", plot_bgcolor="white",
-                      legend=dict(orientation="h", x=0, y=-0.08, yanchor="top", title_text="time: "),
+                      legend=legend_below(title_text="time: "),
                       margin=dict(l=10, r=10, t=70, b=10))
     fig.update_yaxes(range=[0, 1.05], tickformat=".0%", title_text="accepted", row=1, col=1, gridcolor="#eee")
     fig.update_xaxes(dtick=1, title_text="draft position", row=1, col=1)

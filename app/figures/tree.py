@@ -23,8 +23,8 @@ from decoders.trace import RoundRecord, Trace
 
 from app.figures.search import PoolView, pool_view, search_headline
 from app.shared.words import counted
-from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
-    visible_token, wrap_title, marks_in
+from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, legend_below, \
+    marks_in, sig, title_margin, visible_token, wrap_title
 
 EXTRA = "extra"  # the graph attribute marking the target's own token
 UNSENT = "unsent"  # the graph attribute holding the pool entries a "+n candidates" node folds
@@ -32,6 +32,12 @@ ROW_GAP = 1.0
 POOL_COLOR = "#dedede"
 VALUE_SCALE = "Blues"  # log10(value) from 0.001 (light) to 1 (dark)
 LARGE = 30  # nodes from which labels shrink and move beside their markers
+# The x range is this round's own (the deepest column it drew), so a round's columns get the whole width. A phone's
+# plot is ~340 px wide: a column then has (340 / columns) px, and a label beside its marker must fit in it or it runs
+# into the next column's nodes (issue 35.6), so labels are cut to what a column holds (the hover has the whole token).
+PHONE_PLOT_PX = 340
+CHAR_PX = {10: 6.0, 13: 7.5}  # mean width of a label character at the two label sizes
+RIGHT_LABEL_ROOM = 1.4  # x units right of the deepest column for labels drawn beside their markers
 
 
 def round_graph(rnd: RoundRecord) -> nx.DiGraph:
@@ -230,23 +236,25 @@ def tree_figure(trace: Trace, index: int | None = None, height: int | None = Non
     fig = go.Figure()
     _add_edges(fig, graph, pos)
     large = graph.number_of_nodes() > LARGE
-    labels = node_labels(graph, view, 10 if large else 14)
+    extent = max(x for x, _ in pos.values())  # this round's deepest column (the target's own token, a "+n" fold)
+    labels = node_labels(graph, view, label_limit(extent, large))
     for status in STATUS_COLORS:
         ids = [n for n in graph.nodes if graph.nodes[n]["status"] == status]
         if ids:
             hovers = [_hover(graph, n, rnd, checks, greedy, view) for n in ids]
             _add_nodes(fig, graph, pos, ids, status, hovers, large, view, labels)
     _add_unsent_nodes(fig, graph, pos, view, large)
-    depth_max = max(_max_depth(trace), max(x for x, _ in pos.values()))
     rows = max(y for _, y in pos.values())
     title = wrap_title(_title(trace, rnd))
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)), height=height, showlegend=True,
-        legend=dict(orientation="h", y=-0.12, x=0, yanchor="top"),
+        legend=legend_below(),
         margin=dict(l=10, r=10, t=title_margin(title), b=10),
         hovermode="closest", plot_bgcolor="white", dragmode="pan",
-        xaxis=dict(range=[-0.6, depth_max + 0.6], showgrid=False, zeroline=False, dtick=1, showticklabels=True,
-                   ticks="outside", ticklen=3, tickfont=dict(size=10, color="#888")),
+        xaxis=dict(range=[-0.6, extent + (RIGHT_LABEL_ROOM if large else 0.6)], showgrid=False, zeroline=False,
+                   tickvals=list(range(int(extent) + 1)), showticklabels=True, ticks="outside", ticklen=3,
+                   tickfont=dict(size=10, color="#888"), title=dict(text="depth (tokens after the pending one)",
+                                                                    font=dict(size=11, color="#666"))),
         yaxis=dict(range=[rows + 0.8, -0.8], showgrid=False, zeroline=False, showticklabels=False),
     )
     return describe(fig, tree_summary(trace, rnd, graph))
@@ -295,20 +303,6 @@ def tree_summary(trace: Trace, rnd: RoundRecord, graph: nx.DiGraph) -> str:
     return " ".join(parts)
 
 
-def _max_depth(trace: Trace) -> int:
-    """A fixed x range for the whole run, so the drawing stays put while scrubbing."""
-    options = trace.options or {}
-    if trace.method != "speculative":
-        return 1
-    if any(r.search for r in trace.rounds):  # a tree's depth is what its search grew, one range for the run
-        return max((n.depth for r in trace.rounds for n in r.nodes), default=0) + 2
-    cap = max(int(options.get("gamma", 1) or 1), int(options.get("max_draft", 1) or 1))
-    if options.get("rule") == "static":
-        cap = int(options.get("gamma", 1) or 1)
-    seen = max((n.depth for r in trace.rounds for n in r.nodes), default=0)
-    return max(cap, seen) + 1
-
-
 def _title(trace: Trace, rnd: RoundRecord) -> str:
     if rnd.search:
         return search_headline(trace, rnd)
@@ -338,6 +332,14 @@ def _add_edges(fig: go.Figure, graph: nx.DiGraph, pos: dict) -> None:
         if xs:
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=styles[key], hoverinfo="skip",
                                      showlegend=False, name=f"edges:{key}"))
+
+
+def label_limit(extent: float, large: bool) -> int:
+    """Characters a node label may take: a whole column at phone width (beside the marker for a large tree, centred
+    above it otherwise); at least 4, at most 14."""
+    columns = extent + (RIGHT_LABEL_ROOM if large else 0.6) + 0.6
+    room = PHONE_PLOT_PX / columns - (12 if large else 0)  # a label beside its marker starts past the marker
+    return max(4, min(14, int(room / CHAR_PX[10 if large else 13])))
 
 
 LABELLED_SIBLINGS = 3  # a parent's rejected / unreached children beyond this are hover-only, with a "+N more" label

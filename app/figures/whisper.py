@@ -20,7 +20,8 @@ from decoders.whisper.wer import align, wer
 
 from app.figures.tree import tidy_layout
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, describe, sig, title_margin, visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, describe, legend_below, scroll_box, sig, title_margin, visible_token, \
+    wrap_title
 
 BEAM_COLORS = {"root": "#4c4c4c", "kept": OKABE_ITO["blue"], "finished": OKABE_ITO["bluish green"],
                "dropped": "#c7c7c7", "filtered": OKABE_ITO["vermillion"], "overflow": OKABE_ITO["orange"]}
@@ -98,7 +99,7 @@ def beam_figure(trace: WhisperTrace | None, step: int | None = None,
                       xaxis={"range": [-0.4, width + 1.6], "dtick": 5, "tickprefix": "step ", "showgrid": True,
                              "gridcolor": "#eeeeee", "zeroline": False},
                       yaxis={"visible": False, "autorange": "reversed"},
-                      legend={"orientation": "h", "y": -26 / plot_height, "yanchor": "top", "font": {"size": 10}},
+                      legend=legend_below(font={"size": 10}),
                       plot_bgcolor="white")
     counts = {s: sum(trace.nodes[n].status == s for n in trace.steps[step].candidates) for s in BEAM_LABELS}
     summary = ", ".join(f"{v} {BEAM_LABELS[s]}" for s, v in counts.items() if v)
@@ -205,13 +206,36 @@ def diff_html(reference: str, hypothesis: str, language: str = "en") -> str:
     return " ".join(parts)
 
 
+RESULT_HEADERS = (
+    ("decoder", "the decoding method (Whisper's own, or SpecLab's reconstruction of a paper's)"),
+    ("transcript", "what the decoder wrote; with a reference, its words are marked against it"),
+    ("WER", "word error rate: (substituted + inserted + missing words) ÷ reference words, after Whisper's text "
+            "normaliser; can exceed 100 %"),
+    ("time", "seconds this decoder took on this machine: the whole decode (the audio encoder and the search, "
+             "lookahead rollouts included)"),
+    ("RTF", "real-time factor: decoding seconds ÷ the clip's seconds (below 1: faster than real time)"),
+    ("steps", "decoding steps: one per token position the decoder chose"),
+)
+TIPS = {name: html.escape(tip, quote=True) for name, tip in RESULT_HEADERS}
+WHISPER_CSS = """
+.sw-table { border-collapse: collapse; }
+.sw-table th, .sw-table td { padding: 4px 8px; vertical-align: top; text-align: left; }
+.sw-table th { cursor: help; }
+.sw-table .sw-text { min-width: 12em; }
+.sw-table td:not(.sw-text):not(:first-child) { white-space: nowrap; }
+@media (max-width: 860px) { .sw-table { font-size: 12px; } .sw-table th, .sw-table td { padding: 3px 3px; }
+                            .sw-table .sw-text { min-width: 7em; }
+                            .sw-table td:first-child { max-width: 6.5em; overflow-wrap: anywhere; } }
+"""
+
+
 def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
     """The decoders side by side: transcript (diffed when a reference is given), WER, time, real-time factor."""
     if not traces:
         return '<div id="sw-results">No transcription yet.</div>'
     has_ref = bool(reference.strip())
-    head = "<tr><th>decoder</th><th>transcript</th>" + ("<th>WER</th>" if has_ref else "") + \
-           "<th>time</th><th>RTF</th><th>steps</th></tr>"
+    head = "<tr>" + "".join(f'<th title="{html.escape(tip, quote=True)}">{name}</th>' for name, tip in RESULT_HEADERS
+                            if name != "WER" or has_ref) + "</tr>"
     first = traces[0]
     rows = []
     for trace in traces:
@@ -224,10 +248,12 @@ def results_html(traces: list[WhisperTrace], reference: str = "") -> str:
                     f"Whisper's text normaliser; can exceed 100 %\">{wer(reference, trace.output_text, trace.language):.1%}"
                     "</td>") if has_ref else ""
         rows.append(f'<tr data-decoder="{html.escape(trace.decoder)}"><td>{html.escape(trace.label)}</td>'
-                    f'<td class="sw-text">{text}{note}</td>{wer_cell}<td>{trace.seconds:.2f} s</td>'
-                    f"<td>{rtf:.2f}</td><td>{len(trace.steps)}</td></tr>")
+                    f'<td class="sw-text">{text}{note}</td>{wer_cell}'
+                    f'<td title="{TIPS["time"]}">{trace.seconds:.2f} s</td>'
+                    f'<td title="{TIPS["RTF"]}">{rtf:.2f}</td><td title="{TIPS["steps"]}">{len(trace.steps)}</td></tr>')
     legend = ('<p class="sw-legend"><span style="%s">substituted</span> · <span style="%s">inserted</span> · '
               '<span style="%s">missing</span> (against the reference, both after Whisper&#39;s own text '
               "normaliser: lower case, no punctuation, spellings and numbers unified)"
               "</p>" % (DIFF_STYLE["sub"], DIFF_STYLE["ins"], DIFF_STYLE["del"])) if has_ref else ""
-    return f'<div id="sw-results" style="overflow-x:auto"><table class="sw-table">{head}{"".join(rows)}</table>{legend}</div>'
+    table = f'<table class="sw-table">{head}{"".join(rows)}</table>'
+    return f'<div id="sw-results">{scroll_box(table)}{legend}</div>'

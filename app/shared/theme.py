@@ -118,6 +118,12 @@ def title_margin(title: str) -> int:
     return 24 + 18 * (title.count("<br>") + 1)
 
 
+def legend_below(**extra) -> dict:
+    """A horizontal legend along the figure's bottom edge. Placed in the container (yref), plotly reserves its height
+    below the x-axis title; at a negative paper y it sat over the title once it wrapped onto more lines (a phone)."""
+    return dict(orientation="h", x=0, xanchor="left", yref="container", y=0, yanchor="bottom", **extra)
+
+
 def describe(fig, summary: str):
     """Attach a plain-text summary to a figure (layout.meta); the page's script turns it into the plot's
     aria-label, so a screen reader gets what the picture shows."""
@@ -173,13 +179,18 @@ PAGE_CSS = provenance_css() + f"""
     display: inline-flex; margin: 0 0 4px 0; }}
 /* The contents picker of the Learn tab: one lesson per line on a phone, so every lesson is a tap away. */
 @media (max-width: {NARROW}px) {{ #sl-lesson-list .wrap {{ flex-direction: column; align-items: stretch; }} }}
+/* ... which makes the lessons' own tab strip redundant there: hidden, it no longer folds lessons behind a "⋯". */
+@media (max-width: {NARROW}px) {{ #sl-lessons > .tab-wrapper {{ display: none; }} }}
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}
 """
 
-# Runs once on page load (launch(js=...)): each plot gets its figure's summary (layout.meta, see `describe`) as
-# role="figure" + aria-label, again whenever Gradio redraws it.
+# Runs once on page load (launch(js=...)), and again (debounced) whenever Gradio redraws part of the page:
+# - each plot gets its figure's summary (layout.meta, see `describe`) as role="figure" + aria-label;
+# - each tab strip follows the ARIA tabs pattern: Left/Right (and Home/End) move to the previous/next tab and open it,
+#   and only the selected tab is in the Tab order (a roving tabindex);
+# - each wide box (`scroll_box`) says whether it overflows, so its "swipe for more" cue and edge shadow show only then.
 PAGE_JS = """
 () => {
   const label = () => document.querySelectorAll('.js-plotly-plot').forEach((div) => {
@@ -189,12 +200,57 @@ PAGE_JS = """
       div.setAttribute('aria-label', summary);
     }
   });
+  const tabsOf = (list) => [...list.querySelectorAll(':scope > [role=tab], :scope > * > [role=tab]')]
+    .filter((tab) => !tab.disabled && tab.offsetParent !== null);
+  const rove = () => document.querySelectorAll('[role=tablist]').forEach((list) => tabsOf(list).forEach((tab) => {
+    const index = tab.getAttribute('aria-selected') === 'true' ? '0' : '-1';
+    if (tab.getAttribute('tabindex') !== index) tab.setAttribute('tabindex', index);
+  }));
+  const measure = () => document.querySelectorAll('.sl-scroll').forEach((box) => {
+    const inner = box.querySelector('.sl-scroll-x');
+    if (!inner) return;
+    box.toggleAttribute('data-overflows', inner.scrollWidth > inner.clientWidth + 1);
+    box.toggleAttribute('data-at-end', inner.scrollLeft + inner.clientWidth >= inner.scrollWidth - 1);
+  });
+  const refresh = () => { label(); rove(); measure(); };
+  document.addEventListener('keydown', (event) => {
+    const tab = event.target.closest && event.target.closest('[role=tab]');
+    const list = tab && tab.closest('[role=tablist]');
+    if (!list || !['ArrowRight', 'ArrowLeft', 'Home', 'End'].includes(event.key)) return;
+    const tabs = tabsOf(list), at = tabs.indexOf(tab);
+    const next = {ArrowRight: tabs[(at + 1) % tabs.length], ArrowLeft: tabs[(at - 1 + tabs.length) % tabs.length],
+                  Home: tabs[0], End: tabs[tabs.length - 1]}[event.key];
+    event.preventDefault();
+    next.click();
+    next.focus();
+    requestAnimationFrame(rove);
+  });
+  document.addEventListener('scroll', (event) => {
+    if (event.target.classList && event.target.classList.contains('sl-scroll-x')) measure();
+  }, true);
+  window.addEventListener('resize', measure);
   let queued = false;
   new MutationObserver(() => {
-    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; label(); }); }
-  }).observe(document.body, { childList: true, subtree: true });
-  label();
+    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; refresh(); }); }
+  }).observe(document.body, { childList: true, subtree: true, attributes: true, attributeFilter: ['aria-selected'] });
+  refresh();
 }
+"""
+
+
+def scroll_box(inner: str, what: str = "columns") -> str:
+    """Wrap a wide table: it scrolls sideways inside its own box, and when it does not fit (a phone) a line above it
+    says so and a shadow marks the edge with more (PAGE_JS sets data-overflows; PAGE_CSS shows the cue)."""
+    return (f'<div class="sl-scroll"><div class="sl-scroll-cue" aria-hidden="true">swipe or scroll sideways for more '
+            f'{what} →</div><div class="sl-scroll-x" tabindex="0" role="region" aria-label="table: scrolls sideways">'
+            f'{inner}</div></div>')
+
+
+SCROLL_CSS = """
+.sl-scroll-x { overflow-x: auto; max-width: 100%; }
+.sl-scroll-cue { display: none; font-size: 12px; color: #555; margin: 2px 0 4px; }
+.sl-scroll[data-overflows] .sl-scroll-cue { display: block; }
+.sl-scroll[data-overflows]:not([data-at-end]) .sl-scroll-x { box-shadow: inset -14px 0 10px -10px rgba(0, 0, 0, 0.45); }
 """
 
 

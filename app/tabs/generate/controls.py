@@ -23,6 +23,7 @@ TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shi
 # The recorded run the page opens on (assets/traces; its README says how it was made), and the controls' starting
 # values: that run's own options, every one of them (length and precision included), so Run repeats it live.
 OPENING_TRACE = "eagle2-qwen-code.json"
+OPENING_BASELINE = "baseline-qwen-code.json"  # the baseline recorded beside it (bench/record_opening.py)
 FALLBACK_OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
 
 

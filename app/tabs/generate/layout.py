@@ -4,7 +4,9 @@ Handlers live in handlers.py (UI values -> DecodeOptions -> rounds -> views); co
 """
 from __future__ import annotations
 
+import html
 import json
+from pathlib import Path
 
 import gradio as gr
 
@@ -18,11 +20,12 @@ from app.shared.hosting import registry_only
 from app.shared.paths import ASSETS
 from app.shared.session import RunSession
 from app.shared.theme import PROVENANCE_COLORS
+from app.tabs.race.load import is_busy, load_words
 from app.shared.wiring import as_tuple, with_specials
 from app.figures.text import legend_html
 from app.tabs.generate import handlers
-from app.tabs.generate.controls import DEPENDENT, dtype_choices, EXAMPLE_CONTROLS, OPENING, TREE_SOURCES, control_states, \
-    draft_choices, example_states, lam_for, opening_value
+from app.tabs.generate.controls import DEPENDENT, dtype_choices, EXAMPLE_CONTROLS, OPENING, OPENING_BASELINE, \
+    TREE_SOURCES, control_states, draft_choices, example_states, lam_for, opening_value
 from app.tabs.generate.views import OUTPUTS, ROUND_OUTPUTS, full_views, opening_trace, read_trace_file, \
     recorded_traces, shown_round
 
@@ -52,12 +55,42 @@ def example_prompts() -> list[dict]:
 RECORDED_LABEL = "Recorded runs"
 
 
-def opening_status(trace) -> str:
+def opening_status(trace, baseline=None) -> str:
     """What the opening view is and what Run does, in two short lines on a phone (the result follows right after):
-    the recording's settings are the controls' (controls.OPENING), so Run repeats it live. The stats name the rest."""
+    the recording's settings are the controls' (controls.OPENING), so Run repeats it live. The stats name the rest.
+    With the baseline recorded beside it, the line also shows the speed-up: what "faster" means, at first sight."""
     options = trace.options or {}
-    return (f"Recorded run: {options.get('model', '?')}, {options.get('dtype', '?')}, "
-            f"{counted(options.get('max_new_tokens', '?'), 'new token')}. **Run** repeats it live.")
+    what = f"{options.get('model', '?')}, {options.get('dtype', '?')}, {counted(options.get('max_new_tokens', '?'), 'new token')}"
+    speed = opening_speed(trace, baseline) if baseline is not None else ""
+    if speed:
+        return f"{speed}: {what}. **Run** repeats it live."
+    return f"Recorded run: {what}. **Run** repeats it live."
+
+
+def opening_speed(trace, baseline) -> str:
+    """'Recorded on AMD EPYC 7B13, 2 cores at **2.10 tokens/s, 2.31× the baseline's 0.91**' ('' when a speed is
+    missing). The machine is the one both recordings name (bench/record_opening.py records them together)."""
+    fast, slow = (trace.totals or {}).get("tokens_per_second"), (baseline.totals or {}).get("tokens_per_second")
+    if not fast or not slow:
+        return ""
+    recorded = [(t.totals or {}).get("recorded") or {} for t in (trace, baseline)]
+    machines = {r.get("machine") for r in recorded}
+    machine = machines.pop() if len(machines) == 1 else None
+    where = f" on {', '.join(machine.split(', ')[:2])}" if machine else ""
+    busy = [r["load"] for r in recorded if is_busy(r.get("load"))]
+    if busy and machine:  # said from the load measured while each was recorded (app/tabs/race/load.py)
+        worst = max(busy, key=lambda load: load.get("others_cores") or 0.0)
+        tip = html.escape(f"measured while recording: {load_words(worst)}", quote=True)
+        where += f' (<span title="{tip}" style="text-decoration: underline dotted; cursor: help">busy</span>)'
+    return f"Recorded{where} at **{fast:.2f} tokens/s, {fast / slow:.2f}× the baseline's {slow:.2f}**"
+
+
+def _opening_baseline(opening: Path):
+    """The baseline recorded beside the opening run (None when it is missing or unreadable: no speed-up is shown)."""
+    try:
+        return read_trace_file(opening.with_name(OPENING_BASELINE))
+    except Exception:
+        return None
 
 
 def _prompt_controls(opening_prompt: str) -> dict:
@@ -228,7 +261,7 @@ def build(demo: gr.Blocks) -> dict:
     initial, first_trace = {}, None
     if first is not None:
         first_trace = read_trace_file(first)
-        initial = full_views(first_trace, status=opening_status(first_trace))
+        initial = full_views(first_trace, status=opening_status(first_trace, _opening_baseline(first)))
     with gr.Row(elem_id="sl-main"):  # a grid: prompt and Run, the result, the options (theme.PAGE_CSS)
         with gr.Column(scale=1, min_width=320, elem_id="sl-run-col"):
             c = _prompt_controls(_opening_prompt(first_trace))

@@ -20,7 +20,7 @@ from decoders.tree import DraftTree
 from decoders.verify import Verdict, residual, verify_sampling
 
 from app.shared.words import counted
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, legend_below, title_margin, wrap_title
 
 # A toy next-token vocabulary after "The cat sat on the": small enough to read every bar on a phone.
 WORDS = ("mat", "sofa", "floor", "bed", "roof", "chair", "rug", "box")
@@ -117,7 +117,7 @@ def position_figure(position: Position, counts: torch.Tensor | None = None, heig
     title = wrap_title(f"α = Σ min(p, q) = {position.acceptance:.2f} · residual used on rejection")
     fig.update_layout(title=dict(text=title, font=dict(size=14)), barmode="group", height=height,
                       plot_bgcolor="white", yaxis=dict(title="probability", range=[0, 0.6]),
-                      legend=dict(orientation="h", y=-0.2), margin=dict(l=50, r=10, t=title_margin(title), b=10))
+                      legend=legend_below(), margin=dict(l=50, r=10, t=title_margin(title), b=10))
     return describe(fig, f"Target p and draft q over {len(words)} words; accepted mass {position.acceptance:.2f}; "
                          "the residual is where a rejected draft's replacement is drawn from.")
 

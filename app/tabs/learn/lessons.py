@@ -25,7 +25,7 @@ from app.figures.rule import positions_figure
 from app.figures.search import growth_figure
 from app.figures.self_draft import exit_figure
 from app.figures.tree import empty_figure, tree_figure
-from app.shared.theme import OKABE_ITO, describe, title_margin, wrap_title
+from app.shared.theme import OKABE_ITO, describe, legend_below, title_margin, wrap_title
 from app.tabs.generate.views import interesting_round, read_trace_file, tree_beats_chain_round
 from app.shared.paths import ASSETS
 
@@ -54,7 +54,7 @@ def speedup_figure(_trace: Trace | None = None, height: int = 340) -> go.Figure:
     title = wrap_title("Expected speed-up S(α, γ, c) · Leviathan et al. 2023 · assumes t(γ+1) = t(1)")
     fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white",
                       xaxis=dict(title="γ (tokens drafted per round)"), yaxis=dict(title="S (× baseline)"),
-                      legend=dict(orientation="h", y=-0.25), margin=dict(l=50, r=10, t=title_margin(title), b=10))
+                      legend=legend_below(), margin=dict(l=50, r=10, t=title_margin(title), b=10))
     return describe(fig, "Expected speed-up against draft length for acceptance 0.5, 0.7 and 0.9, with free (c = 0) "
                          "and costly (c = 0.3) drafts: a costly draft peaks at a short γ.")
 

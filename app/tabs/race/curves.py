@@ -29,6 +29,7 @@ def this_machine(model: str, dtype: str = "float32", device: str = "auto") -> di
         return None
     parts = curve.machine.split(", ")  # "AMD EPYC, 2 cores, 2 threads, PyTorch 2.13.0+cpu": short for a legend
     threads = next((part for part in parts if part.endswith("threads")), "")
+    threads = "1 thread" if threads == "1 threads" else threads
     return {"label": f"this machine ({parts[0]}{', ' + threads if threads else ''})", "kernels": curve.kernels,
             "model": curve.model, "dtype": curve.dtype, "ns": list(curve.ns),
             "t": [curve.raw_chain.get(n, curve.chain[n]) for n in curve.ns], "measured_at": curve.measured_at[:10]}

@@ -11,6 +11,7 @@ from app.shared.wiring import as_tuple, with_specials
 from app.shared.hosting import registry_only
 from app.tabs.generate.layout import model_choices
 from app.tabs.race import runs as race
+from app.tabs.race.intro import race_intro
 
 
 def race_tokens_help() -> str:
@@ -22,11 +23,7 @@ def race_tokens_help() -> str:
 
 
 def build(c: dict) -> None:
-    gr.Markdown("Run the **same prompt** through the baseline and up to three methods, one after another, each "
-                "after a short warm-up and with recording off. The number format, draft model and sampling settings "
-                "come from the Generate tab. The default race is a copy task on SmolLM2: prompt lookup drafts by "
-                "copying from the prompt, so it wins here (about 2.5× measured on this CPU) with output identical to "
-                "the baseline's. Free text gives it nothing to copy: try the Generate tab's prompt to see that.")
+    gr.Markdown(race_intro(), elem_id="sl-race-intro")  # quotes the last measured default race (intro.py)
     with gr.Row(elem_id="sl-race-input"):
         prompt = gr.Textbox(race.DEFAULT_PROMPT, label="Prompt (race)", lines=4, elem_id="sl-race-prompt", scale=3,
                             info="A copy task by default: most of the answer is already in the prompt, which is what "

@@ -28,8 +28,9 @@ from app.shared.hosting import check_model_allowed
 from app.figures.race import cost_curves_figure, cost_curves_note, leviathan_figure, race_row, race_table_html, \
     speed_figure
 from app.tabs.race import curves
+from app.tabs.race import load as machine_load
 from app.figures.stats import totals
-from app.tabs.race.verdicts import verdicts_markdown, verify_ratio
+from app.tabs.race.verdicts import round_facts, verdicts_markdown, verify_ratio
 from app.tabs.generate.views import error_html
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
@@ -138,13 +139,14 @@ def _timed_runs(options: list[dict], prompt: str) -> Iterator[dict]:
         target, draft = load_models(opts)  # already loaded and held by race(): a cache hit
         warmup = replace(opts, max_new_tokens=min(WARMUP_TOKENS, opts.max_new_tokens))
         yield from _ticks(stream(warmup, prompt, target, draft), index, "its warm-up")
-        timed = []
+        timed, before = [], machine_load.snapshot()
         for run in range(TIMED_RUNS):
             if DECODE_SLOT.closing:  # the process waits at exit for this item: stop between runs, not after all
                 return
             phase = f"timed run {run + 1} of {TIMED_RUNS}"
             timed.append((yield from _ticks(stream(opts, prompt, target, draft), index, phase)))
         chosen = median_run(timed)
+        chosen.totals["race_load"] = machine_load.between(before, machine_load.snapshot())  # verdicts.py reads it
         baseline = baseline or chosen  # the baseline runs first
         if chosen is not baseline and isinstance(chosen, Trace):
             chosen.baseline_check = check_against(chosen, baseline, target)
@@ -257,8 +259,8 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Itera
                 continue
             traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
             phase = None
-            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None}
-                    for t in traces]
+            rows = [{**race_row(t, traces[0]), "t_ratio": verify_ratio(t, traces[0]) if isinstance(t, Trace) else None,
+                     **round_facts(t)} for t in traces]
             done = len(traces) == len(runs)
             status = _done_line(traces[0], prompt, time.monotonic() - started) if done else \
                 f"Racing {len(traces) + 1}/{len(runs)}: {_label(runs[len(traces)])} (a warm-up, then " \
