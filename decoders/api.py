@@ -21,6 +21,7 @@ from .batch.ragged import RaggedRunner
 from .batch.trace import BatchTrace
 from .beams import run as beam_run
 from .compare import compare
+from .drafters.suffix import SuffixStore
 from . import registry
 from .loop import run_rounds
 from .options import DecodeOptions, OptionsError
@@ -48,8 +49,9 @@ class LanguageModel(Protocol):
 
 
 def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
-           draft: LanguageModel | None = None) -> Iterator[Trace]:
-    """Validate, load what is missing, and decode round by round."""
+           draft: LanguageModel | None = None, store: SuffixStore | None = None) -> Iterator[Trace]:
+    """Validate, load what is missing, and decode round by round. store: earlier outputs suffix decoding may draft
+    from (decoders/drafters/suffix.py; one per visitor and target model); the run reads it and never adds to it."""
     options.validate()
     if draft is None:
         check_draft_before_loading(options, target)  # seconds, where loading the weights first took a minute
@@ -67,7 +69,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
                                              beam_run.new_trace(options, models, prompt, prompt_ids))
             return
         runner = CachedModel(target.model)
-        context = BuildContext(options, runner, target, draft)
+        context = BuildContext(options, runner, target, draft, store)
         drafter = registry.build_drafter(context)
         rule = registry.build_rule(options, registry.run_costs(context))
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
@@ -78,14 +80,15 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
 
 
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
-             draft: LanguageModel | None = None, compare_baseline: bool = False) -> Trace:
+             draft: LanguageModel | None = None, compare_baseline: bool = False,
+             store: SuffixStore | None = None) -> Trace:
     """Blocking call: drain `stream` and return the finished trace. compare_baseline=True also decodes the baseline
     on the same prompt, model and dtype and puts decoders/compare.py's verdict in trace.baseline_check."""
     if compare_baseline and registry.method(options.validate().method).family == Family.BEAM:
         raise OptionsError(f"{options.method} searches for another output than greedy decoding by design, so it has "
                            "no token-for-token baseline check; compare_baseline applies to chain and tree methods")
     trace = None
-    for trace in stream(options, prompt, target, draft):
+    for trace in stream(options, prompt, target, draft, store):
         pass
     if trace is None:  # unreachable: every run has at least one round
         raise RuntimeError("the decoder produced no round")
