@@ -80,6 +80,7 @@ class Prompt:
     kind: str
     text: str
     ids: list[int] = field(default_factory=list)
+    store: object | None = None  # earlier outputs suffix decoding may draft from (decoders SuffixStore; bench/suffix.py)
 
 
 # --- one run ---------------------------------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
     draft = quantized_draft(options, draft) if method.needs_draft else None
     start = time.perf_counter()
     trace = None
-    for trace in stream(options, prompt.ids, target=target, draft=draft):
+    for trace in stream(options, prompt.ids, target=target, draft=draft, store=prompt.store):
         pass
     end = time.perf_counter()
     totals = trace.totals

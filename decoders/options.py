@@ -45,7 +45,8 @@ class DecodeOptions:
     controller: str = "off"  # "cost": each round's draft cap maximises expected tokens per second on this machine's
     #                          measured t(n) (decoders/controller.py), replacing γ / max_draft; "off": the rule's own
     skip_layers: tuple[int, ...] | None = None  # layer-skip: target layers to skip; None = a default middle set
-    ngram: int = 3  # prompt lookup: longest n-gram to match (tries n..1)
+    ngram: int = 3  # prompt lookup: longest n-gram to match (tries n..ngram_min)
+    ngram_min: int = 1  # prompt lookup: shortest n-gram to match (vLLM's n-gram proposer: prompt_lookup_min, 5)
     max_new_tokens: int = 64
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
@@ -152,6 +153,8 @@ class DecodeOptions:
                                f"with {spec.label}")
         if "ngram" in spec.fields:
             _int_range("ngram", self.ngram, 1, 8)
+            _int_range("ngram_min", self.ngram_min, 1, self.ngram, lambda _: "the shortest n-gram cannot be longer "
+                       f"than the longest (ngram {self.ngram}); lower ngram_min or raise ngram")
         if "skip_layers" in spec.fields and self.skip_layers is not None and 0 in self.skip_layers:
             raise OptionsError("layer 0 cannot be skipped (the cache length is read from it); drop 0 from skip_layers")
 

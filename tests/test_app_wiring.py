@@ -71,7 +71,7 @@ def test_run_decodes_once_per_click(events, monkeypatch, trace):
     """Run streams one decode: the decoder generator is started once, and every update is drawn once."""
     started = []
 
-    def fake_decode(options, prompt, every):
+    def fake_decode(options, prompt, every, store=None):
         started.append(prompt)
         yield trace.to_dict()
 

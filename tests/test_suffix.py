@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 import torch
-from tree_helpers import BOUND, PROMPT, RUNS, VOCAB, baseline_ids, exact_pairs, small_models
+from tree_helpers import BOUND, RUNS, VOCAB, baseline_ids, exact_pairs, small_models
 
 from chi_square import chi_square_pvalue
 from decoders import DecodeOptions, OptionsError, SuffixStore, generate, registry
@@ -78,6 +78,18 @@ def test_the_draft_follows_the_counts_and_the_match_length():
     assert tree.speculate([8, 8], 16, 1.0, 0.1, 16).nodes == []  # "8 8" never occurred; nothing followed "8"
 
 
+def test_the_runs_own_tail_is_not_counted_as_an_earlier_occurrence():
+    """The run's tree holds the context itself: "1 2" occurred once before the end, followed by 3 (estimate 1, not
+    1/2), and a tail that only occurs at the end ("2 9") is no match at all."""
+    own = SuffixTree(depth=8)
+    Growing(own, [1, 2, 3, 1, 2])
+    draft = own.speculate([1, 2, 3, 1, 2], 16, 1.0, 0.1, 16, seen=1)
+    assert draft.match_len == 2 and [(n.token, n.prob, n.count, n.of) for n in draft.nodes] == [(3, 1.0, 1, 1),
+                                                                                               (1, 1.0, 1, 1)]
+    Growing(own, [9])  # (a second sequence in the same tree, for the check below)
+    assert own.speculate([1, 2, 9], 16, 1.0, 0.1, 16, seen=1).match_len == 0
+
+
 def test_min_prob_prunes_rare_continuations_and_eos_ends_a_branch():
     tree = SuffixTree(depth=8)
     for seq in [[1, 2]] * 9 + [[1, 3]]:
@@ -135,9 +147,12 @@ def small():
     return small_models()
 
 
+SAMPLED_PROMPT = [5, 4, 3, 1, 2]  # no tail of it occurs earlier in it: every draft comes from the store
+
+
 def branching_store() -> SuffixStore:
-    """Earlier outputs in which several tokens followed PROMPT's tail "1 2" and then "2 x": the drafts branch at
-    both of the first two positions, so recursive rejection walks siblings there."""
+    """Earlier outputs in which several tokens followed SAMPLED_PROMPT's tail "1 2" and then "2 x": the drafts
+    branch at both of the first two positions, so recursive rejection walks siblings there."""
     store = SuffixStore()
     for seq in ([1, 2, 0, 4], [1, 2, 3, 1], [1, 2, 4, 5], [1, 2, 5, 0], [2, 0, 1], [2, 3, 3], [2, 3, 0]):
         store.add(seq)
@@ -148,8 +163,8 @@ def sampled_pairs(options: DecodeOptions, lm, runs: int) -> torch.Tensor:
     counts = torch.zeros(VOCAB, VOCAB)
     store = branching_store()
     for seed in range(runs):
-        trace = generate(DecodeOptions(**{**options.__dict__, "seed": seed, "record": False}), PROMPT, target=lm,
-                         store=store)
+        trace = generate(DecodeOptions(**{**options.__dict__, "seed": seed, "record": False}), SAMPLED_PROMPT,
+                         target=lm, store=store)
         x1, x2 = trace.output_ids[:2]
         counts[x1, x2] += 1
     return counts
@@ -159,14 +174,14 @@ SAMPLING = dict(max_new_tokens=4, temperature=1.0, suffix_min_prob=0.0, suffix_f
 
 
 def test_the_sampled_drafts_are_trees(small):
-    trace = generate(suffix(**SAMPLING, seed=1), PROMPT, target=small["target"], store=branching_store())
+    trace = generate(suffix(**SAMPLING, seed=1), SAMPLED_PROMPT, target=small["target"], store=branching_store())
     parents = [node.parent for node in trace.rounds[0].nodes]
     assert len(parents) - 1 > max(node.depth for node in trace.rounds[0].nodes)  # more nodes than depth: branches
 
 
 def test_sampled_first_two_tokens_follow_the_target(small):
     counts = sampled_pairs(suffix(**SAMPLING), small["target"], RUNS)
-    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0), SAMPLED_PROMPT))
     assert pvalue > BOUND, f"chi-square p = {pvalue:.2e}"
 
 
@@ -174,7 +189,7 @@ def test_the_statistical_test_catches_a_wrong_residual(small, monkeypatch):
     """Mutation: after a rejected candidate, keep r instead of removing the candidate's mass."""
     monkeypatch.setattr(core, "residual", lambda r, q: r)
     counts = sampled_pairs(suffix(**SAMPLING), small["target"], RUNS)
-    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0)))
+    pvalue = chi_square_pvalue(counts, exact_pairs(small["target"], Warp(1.0), SAMPLED_PROMPT))
     assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
 
 

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
+from app.figures import suffix
 from app.figures.search import PoolView, pool_view, search_headline
 from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, sig, title_margin, \
     visible_token, wrap_title, marks_in
@@ -181,6 +182,8 @@ def _value_lines(view: PoolView | None, node: int) -> list[str]:
     entry = view.entry.get(node) if view is not None else None
     if entry is None:
         return []
+    if "count" in entry:  # suffix decoding: counted, not drafted by a model
+        return suffix.node_lines(entry)
     return [f"value = product of draft probs on the path = {sig(entry['value'])} "
             f"(rank {view.rank[int(entry['id'])]} of {view.size} candidates; grown at step {entry['step']})"]
 
@@ -266,12 +269,15 @@ def _add_unsent_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, view: PoolVi
 
 
 def _unsent_hover(entries: list[dict], view: PoolView, shown: int = 6) -> str:
-    lines = [f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable of "
-             f"{view.size})"]
+    counted = "count" in entries[0]  # suffix decoding: continuations the cap left out
+    lines = [f"<b>{len(entries)} continuations above the minimum probability, left out by the cap</b>" if counted
+             else f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable "
+                  f"of {view.size})"]
     for entry in entries[:shown]:
         token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
-        lines.append(f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
-                     f"step {entry['step']}")
+        lines.append(f"{token}: followed {entry['count']} of {entry['of']} times, estimate {sig(entry['value'])}"
+                     if counted else f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
+                                     f"step {entry['step']}")
     if len(entries) > shown:
         lines.append(f"… and {len(entries) - shown} more")
     return "<br>".join(lines)

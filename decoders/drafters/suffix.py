@@ -112,7 +112,7 @@ class SuffixDrafter(Drafter):
             return Proposal(tree, reason=DraftStop.BUDGET)
         draft, source = self._best(ids, limit)
         for node in draft.nodes:  # parents come before children (a child is found only once its parent is drafted)
-            tree.add(node.parent + 1, node.token, node.count / node.of)
+            tree.add(node.parent + 1, node.token, None)  # no q: a point mass (its counts are in the search)
         proposal = Proposal(tree, reason=_reason(draft, limit))
         if record:
             proposal.search = self._search(draft, source, ids, proposal.reason)
@@ -120,8 +120,8 @@ class SuffixDrafter(Drafter):
 
     def _best(self, ids: list[int], limit: int) -> tuple[Draft, str]:
         s = self.settings
-        found = [(self.own.tree.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos),
-                  THIS_RUN)]
+        found = [(self.own.tree.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos, seen=1),
+                  THIS_RUN)]  # the run's own tree holds `ids` itself: its tails' last occurrence is their own
         if self.earlier is not None:
             found.append((self.earlier.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos),
                           EARLIER))

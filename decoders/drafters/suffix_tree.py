@@ -14,6 +14,10 @@ sequence, cut to `depth` tokens, passes through the nodes of its first tokens). 
   choose   every tail length L gives a draft; its score is the sum of its nodes' estimates (the expected number
            of accepted tokens if the estimates were right), and the best score wins (ties: the longer match)
 
+A tree that holds the context itself (the run's own prompt and output) holds every tail of it once more, at its
+very end, with nothing after it yet: that occurrence is left out of the counts (`seen`), so a tail that never
+occurred earlier ends the search and a continuation that always followed it is estimated at 1, not 1/2.
+
 Plain nested dicts, no path compression: the paper's tree compresses paths to stay linear in memory for millions of
 tokens; SpecLab's store holds a few thousand, where depth x tokens nodes is small and the code stays readable.
 """
@@ -116,43 +120,45 @@ class SuffixTree:
         return node
 
     def speculate(self, context: list[int], max_tokens: int, factor: float, min_prob: float, max_depth: int,
-                  offset: float = 0.0, stop_after: frozenset[int] = frozenset()) -> Draft:
+                  offset: float = 0.0, stop_after: frozenset[int] = frozenset(), seen: int = 0) -> Draft:
         """The best-scoring draft over every tail length of `context` that occurred (see the module docstring).
-        max_depth caps how deep a draft may go (the run's budget); stop_after: tokens not drafted past (an EOS)."""
+        max_depth caps how deep a draft may go (the run's budget); stop_after: tokens not drafted past (an EOS);
+        seen: how many of the tree's occurrences of each tail are the context's own (1 when it holds the context)."""
         best = Draft()
         for length in range(1, min(len(context), self.depth - 1) + 1):
             node = self.find(context[-length:])
-            if node is None:
-                break  # a longer tail contains this one, so it cannot have occurred either
+            if node is None or node.count <= seen:
+                break  # a longer tail contains this one, so it cannot have occurred earlier either
             cap = max(0, min(max_tokens, int(factor * length + offset + 1e-6)))
-            draft = grow(node, cap, min_prob, max_depth, stop_after)
+            draft = grow(node, cap, min_prob, max_depth, stop_after, seen)
             draft.match_len = length
             if draft.score >= best.score:
                 best = draft
         return best
 
 
-def grow(matched: Node, cap: int, min_prob: float, max_depth: int, stop_after: frozenset[int]) -> Draft:
-    """Best first by estimated probability from the matched node: at most `cap` nodes, each at least min_prob."""
+def grow(matched: Node, cap: int, min_prob: float, max_depth: int, stop_after: frozenset[int], seen: int = 0) -> Draft:
+    """Best first by estimated probability from the matched node: at most `cap` nodes, each at least min_prob (the
+    matched node's own `seen` occurrences, which nothing follows yet, left out of its count)."""
     draft = Draft(cap=cap)
     order = itertools.count()  # equal estimates keep the order they were found in (deterministic)
     heap: list = []
 
-    def push(node: Node, parent: int, prob: float, depth: int) -> None:
+    def push(node: Node, parent: int, prob: float, depth: int, occurred: int) -> None:
         if depth >= max_depth:
             return
         for token, child in node.children.items():
-            estimate = prob * child.count / node.count
+            estimate = prob * child.count / occurred
             if estimate >= min_prob:
                 heapq.heappush(heap, (-estimate, next(order), child, Candidate(token, parent, estimate, child.count,
-                                                                                node.count, depth + 1)))
+                                                                                occurred, depth + 1)))
 
-    push(matched, -1, 1.0, 0)
+    push(matched, -1, 1.0, 0, matched.count - seen)
     while heap and len(draft.nodes) < cap:
         _, _, node, candidate = heapq.heappop(heap)
         draft.nodes.append(candidate)
         if candidate.token not in stop_after:
-            push(node, len(draft.nodes) - 1, candidate.prob, candidate.depth)
+            push(node, len(draft.nodes) - 1, candidate.prob, candidate.depth, node.count)
     draft.left = [entry[3] for entry in sorted(heap)]
     return draft
 

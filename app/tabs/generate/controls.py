@@ -63,7 +63,8 @@ def opening_differences(options: dict, prompt: str) -> list[str] | None:
             if name in options and options.get(name) != recorded.get(name)]
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
-TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
+TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width",
+                 "suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob")
 DEPENDENT = ("drafter", "draft_model", "rule", "controller", "gamma", "max_draft", "lam", "ngram", "skip_layers",
              "top_k", "top_p", "seed") + TREE_CONTROLS
 # What an example sets (everything that shapes the run; length, dtype and display toggles stay the user's).

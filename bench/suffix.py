@@ -1,0 +1,211 @@
+"""Suffix decoding against prompt lookup and a vLLM-style n-gram proposer, same prompts, same run.
+
+    flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.suffix                 # SmolLM2-135M
+    flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.suffix --target qwen2.5-coder-1.5b
+
+The three prompt kinds (assets/bench: chat, code writing, code editing) plus a multi-turn set built here from
+HumanEval: chains of requests about one function, where each later turn asks for the function again with a change
+(type hints, then comments) and sees the earlier turns' answers only through the suffix store (a visitor's
+earlier outputs, decoders/drafters/suffix.py), as an agent re-asking a model sees its earlier replies. The store of
+turn t holds the greedy answers of turns 1..t-1 of its chain, made once before the timed runs (every method is
+lossless, so they are every method's answers too; the run checks that each output equals the baseline's).
+
+Methods, all model-free chains or trees verified by the same core: the baseline; SpecLab's prompt lookup (static
+γ 4, and the Race's cost-aware length); vLLM's n-gram proposer (the longest tail of 3 to 5 tokens that occurred,
+its first occurrence, k = 5 tokens after it: vLLM's `ngram` method with prompt_lookup_min 3, prompt_lookup_max 5,
+num_speculative_tokens 5, run here as prompt lookup with ngram_min 3, ngram 5, γ 5); suffix decoding at its
+defaults (vLLM's: depth 24, factor 1, min_prob 0.1; at most 16 nodes on a CPU). Interleaved repetitions, paired
+ratios (bench/runner.py). Writes bench/results/suffix-<target>.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import time
+
+from decoders import DecodeOptions, SuffixStore, generate
+
+from . import cli, report
+from .__main__ import ASSETS, KIND_FILES, load_prompts
+from .prompt_sets import load_humaneval
+from .runner import Method, Prompt, ours, run_suite, set_threads
+
+MULTI_TURN = "multi-turn"
+SEED = 11
+WRITE_MAX_CHARS = 700
+REPLY = "Reply with the complete function in one Python code block."
+TURNS = (  # what each turn of a chain asks for; {code} = the HumanEval prompt (signature and docstring)
+    f"Complete the following Python function. {REPLY}\n\n```python\n{{code}}\n```",
+    f"Complete the following Python function again, this time with type hints on its parameters and its return "
+    f"value. {REPLY}\n\n```python\n{{code}}\n```",
+    f"Complete the following Python function again and add a short comment above each block of statements. "
+    f"{REPLY}\n\n```python\n{{code}}\n```",
+)
+TARGETS = {"code-editing": 1.2, MULTI_TURN: 1.2, "chat": 0.95}  # suffix ÷ the better prompt lookup, per kind
+
+
+def methods() -> list[Method]:
+    return [ours("ours/baseline", "baseline", "baseline"),
+            ours("ours/prompt-lookup", "prompt lookup · static γ=4", "prompt-lookup", rule="static", gamma=4),
+            ours("ours/prompt-lookup-cost", "prompt lookup · cost-aware length", "prompt-lookup", rule="static",
+                 controller="cost"),
+            ours("ours/ngram-vllm", "vLLM-style n-gram · n 3–5, k 5", "prompt-lookup", rule="static", gamma=5,
+                 ngram=5, ngram_min=3),
+            ours("ours/suffix", "suffix decoding · tree ≤16, factor 1, p ≥ 0.1", "suffix")]
+
+
+PROMPT_LOOKUPS = ("ours/prompt-lookup", "ours/prompt-lookup-cost")
+
+
+# ---- the multi-turn set ---------------------------------------------------------------------------------------
+
+def multi_turn_chains(n_chains: int, seed: int = SEED) -> tuple[list[list[Prompt]], dict]:
+    """n_chains chains of len(TURNS) requests each, on HumanEval problems no other prompt set uses (drawn with a
+    seeded generator), and the provenance for the results file."""
+    problems, source = load_humaneval()
+    used = {entry["source_id"] for name in KIND_FILES.values()
+            for data in [json.loads((ASSETS / name).read_text(encoding="utf-8"))]
+            for entry in data.get("tuning", []) + data.get("prompts", [])}
+    pool = [p for p in problems if p["task_id"] not in used and len(p["prompt"]) <= WRITE_MAX_CHARS]
+    chosen = random.Random(f"{seed}/{MULTI_TURN}").sample(pool, n_chains)
+    chains = [[Prompt(f"turn{t + 1}-he{p['task_id'].split('/')[1]}", MULTI_TURN, template.format(code=p["prompt"].strip()))
+               for t, template in enumerate(TURNS)] for p in chosen]
+    return chains, {**source, "eligible": len(pool), "seed": seed, "task_ids": [p["task_id"] for p in chosen],
+                    "turns": list(TURNS)}
+
+
+def fill_stores(chains: list[list[Prompt]], target, max_new_tokens: int) -> list[Prompt]:
+    """Each later turn gets a store of its chain's earlier greedy answers (made here, untimed); returns the later
+    turns, the prompts the multi-turn rows score (a chain's first turn has nothing earlier to draw on)."""
+    later = []
+    for chain in chains:
+        store = SuffixStore()
+        for turn, prompt in enumerate(chain):
+            prompt.ids = prompt.ids or target.encode_prompt(prompt.text, chat=True)
+            if turn:
+                prompt.store = SuffixStore.from_dict(store.to_dict())  # this turn's own copy: nothing it runs adds
+                later.append(prompt)
+            answer = generate(DecodeOptions(model=getattr(target, "name", "target"), max_new_tokens=max_new_tokens,
+                                            record=False), prompt.ids, target=target)
+            store.add(answer.output_ids)
+    return later
+
+
+# ---- the tables -----------------------------------------------------------------------------------------------
+
+def rows(records: list[dict], chosen: list[Method], kind: str) -> list[dict]:
+    """One row per method for one prompt kind: speed, the paired ratios to the baseline and to prompt lookup."""
+    out = []
+    for m in chosen:
+        mine = [r for r in records if r["method"] == m.key and r["prompt_kind"] == kind]
+        if not mine:
+            continue
+        same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
+        out.append({"method": m.key, "label": m.label, "runs": len(mine),
+                    "tok_s": report.median([r["tok_s"] for r in mine]),
+                    "speedup": _ratio(records, m.key, "ours/baseline", kind),
+                    "over_prompt_lookup": {ref: _ratio(records, m.key, ref, kind) for ref in PROMPT_LOOKUPS},
+                    "tau": report.median([r["tau"] for r in mine]),
+                    "drafted_per_round": report.median([r["drafted"] / max(1, len(r["rounds"])) for r in mine]),
+                    "accepted_per_round": report.median([r["accepted"] / max(1, len(r["rounds"])) for r in mine]),
+                    "identical": f"{sum(same)}/{len(same)}"})
+    return out
+
+
+def _ratio(records: list[dict], method: str, reference: str, kind: str):
+    if method == reference:
+        return None
+    return report.ratio_over(records, method, reference, kinds=[kind])["median"]
+
+
+def verdicts(tables: dict[str, list[dict]]) -> list[dict]:
+    """Suffix decoding over the better prompt lookup of the same run, per kind, against the issue's targets."""
+    out = []
+    for kind, goal in TARGETS.items():
+        row = next((r for r in tables.get(kind, []) if r["method"] == "ours/suffix"), None)
+        if row is None:
+            continue
+        ratios = [v for v in row["over_prompt_lookup"].values() if v is not None]
+        worst = min(ratios) if ratios else None  # over the better prompt lookup: the smaller ratio
+        out.append({"kind": kind, "goal": goal, "ratio": worst,
+                    "met": worst is not None and worst >= goal})
+    return out
+
+
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    lines = [f"# Suffix decoding on {s['target']} ({s['dtype']}, CPU)", "",
+             f"`{s['command']}` · {s['per_kind']} prompts per kind + {s['chains']} multi-turn chains × "
+             f"{len(TURNS)} turns (turns 2–{len(TURNS)} scored) · {s['reps']} repetitions × {s['max_new_tokens']} new "
+             f"tokens · greedy · {s['threads']} threads · {s['machine']} · {s['minutes']:.0f} min", "",
+             "Ratios are medians over prompts of per-repetition paired ratios (same prompt, same repetition). "
+             "τ = new tokens ÷ target forwards (prefill included). Drafted / accepted per round: per verification "
+             "round. Suffix decoding's tree sends every drafted node; prompt lookup and the n-gram proposer send "
+             "chains. The multi-turn rows' store holds the chain's earlier answers (the other methods cannot use "
+             "it: they see only the prompt).", ""]
+    for kind, table in result["tables"].items():
+        lines += [f"## {kind}", "", "| method | tok/s | × baseline | × prompt lookup γ 4 | × prompt lookup "
+                  "cost-aware | τ | drafted / round | accepted / round | equal to baseline |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in table:
+            over = r["over_prompt_lookup"]
+            lines.append(f"| {r['label']} | {_f(r['tok_s'], 1)} | {_f(r['speedup'])} | "
+                         f"{_f(over['ours/prompt-lookup'])} | {_f(over['ours/prompt-lookup-cost'])} | "
+                         f"{_f(r['tau'])} | {_f(r['drafted_per_round'], 1)} | {_f(r['accepted_per_round'], 1)} | "
+                         f"{r['identical']} |")
+        lines.append("")
+    lines += ["## Targets (suffix decoding ÷ the better prompt lookup of the same run)", ""]
+    for v in result["verdicts"]:
+        lines.append(f"- {v['kind']}: {_f(v['ratio'])}× (target ≥ {v['goal']}×): {'met' if v['met'] else 'MISSED'}")
+    lines += ["", f"Equal to the baseline: {result['identical']}.", ""]
+    return "\n".join(lines)
+
+
+def _f(x, digits=2) -> str:
+    return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "–"
+
+
+# ---- the run --------------------------------------------------------------------------------------------------
+
+def run(models: dict, prompts: list[Prompt], chains: list[list[Prompt]], reps: int, max_new_tokens: int,
+        log=print) -> tuple[list[dict], dict[str, list[dict]]]:
+    chosen = methods()
+    scored = prompts + fill_stores(chains, models["target"], max_new_tokens)
+    records = run_suite(chosen, models, scored, reps, max_new_tokens, log=log)
+    kinds = list(dict.fromkeys(p.kind for p in scored))
+    return records, {kind: rows(records, chosen, kind) for kind in kinds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.suffix", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.run_arguments(parser, target="smollm2-135m", stem="suffix", reps=2)
+    parser.add_argument("--chains", type=int, default=3, help="multi-turn chains (each len(TURNS) turns)")
+    parser.set_defaults(max_new_tokens=64)  # whole functions: long enough for a repeated answer to pay
+    args = parser.parse_args(argv)
+    threads = set_threads(args.threads)
+    started = time.time()
+    from decoders.models import load_model
+
+    models = {"target": load_model(args.target, dtype="float32")}
+    prompts = load_prompts(args.per_kind, cli.kinds(args))
+    chains, provenance = multi_turn_chains(args.chains)
+    records, tables = run(models, prompts, chains, args.reps, args.max_new_tokens)
+    same = [r["identical_to_baseline"] for r in records if r.get("identical_to_baseline") is not None]
+    result = {"settings": {"target": args.target, "dtype": "float32", "per_kind": args.per_kind, "chains": args.chains,
+                           "reps": args.reps, "max_new_tokens": args.max_new_tokens, "threads": threads,
+                           "machine": f"{platform.processor() or platform.machine()}",
+                           "command": cli.command("python -m bench.suffix", argv),
+                           "minutes": (time.time() - started) / 60, "multi_turn": provenance},
+              "tables": tables, "identical": f"{sum(same)}/{len(same)}", "records": records}
+    result["verdicts"] = verdicts(tables)
+    text = markdown(result)
+    cli.write(cli.out_stem(args), result, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

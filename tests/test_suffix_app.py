@@ -1,0 +1,103 @@
+"""Suffix decoding in the app: the Generate tab draws the matched tail and the candidate counts from the trace, the
+store of earlier outputs is the visitor's own (passed into the run, filled once per finished run, shown, cleared),
+and the Race can race it."""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+
+from app.figures import suffix as figures
+from app.figures.tree import tree_figure
+from app.shared.session import RunSession
+from app.tabs.generate import handlers
+from app.tabs.generate.views import round_views
+from app.tabs.race.runs import PRESETS, race_options
+from decoders import DecodeOptions, SuffixStore, generate
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+PROMPT = [3, 9, 4, 1, 7, 22, 5, 3, 9, 4, 1, 7]
+
+
+@pytest.fixture(scope="module")
+def run(tiny):
+    store = SuffixStore()
+    store.add(generate(DecodeOptions(max_new_tokens=30), PROMPT, target=tiny).output_ids)
+    return generate(DecodeOptions(method="speculative", drafter="suffix", max_new_tokens=30), PROMPT, target=tiny,
+                    store=store)
+
+
+def test_the_round_views_draw_the_match_and_the_run(run):
+    index = next(r.index for r in run.rounds if r.search["match_len"] and r.n_drafted >= 2)
+    rnd = run.rounds[index]
+    views = round_views(run, index)
+    title = views["positions"].layout.title.text.replace("<br>", " ")
+    assert f"the matched tail ({rnd.search['match_len']} tokens" in title
+    bars = [t for t in views["positions"].data if t.y is not None and "matched tail" not in t.y]
+    first = [e for e in rnd.search["pool"] if e["parent"] == -1]
+    assert list(bars[0].x) == [e["count"] for e in first][:figures.SHOWN_NEXT]  # the counts, as recorded
+    line = next(t for t in views["rounds"].data if t.name == "matched tail length")
+    assert list(line.y) == [r.search["match_len"] for r in run.rounds]
+
+
+def test_tree_nodes_say_their_counts_on_hover(run):
+    rnd = next(r for r in run.rounds if r.n_drafted >= 2)
+    figure = tree_figure(run, rnd.index)
+    hovers = " ".join(h for trace in figure.data if trace.hovertext is not None for h in trace.hovertext)
+    entry = rnd.search["pool"][0]
+    assert f"followed its parent string {entry['count']} of the {entry['of']} times" in hovers
+    assert "q: none (a deterministic draft" in hovers  # no made-up draft probability
+    assert figure.layout.title.text.replace("<br>", " ").startswith(f"Round {rnd.index + 1}/{len(run.rounds)}: ")
+
+
+def test_a_round_without_a_match_says_so(run):
+    rnd = copy.deepcopy(run.rounds[0])
+    rnd.search.update(match_len=0, match=[], cap=0)
+    assert "no tail of the text occurred" in figures.headline(run, rnd)
+    assert "no tail of the text occurred earlier" in figures.match_figure(
+        type(run)(**{**run.__dict__, "rounds": [rnd]}), 0).layout.annotations[0].text.replace("<br>", " ")
+
+
+def test_the_store_is_each_visitors_own_and_filled_once_per_finished_run(monkeypatch, run):
+    seen = []
+
+    def fake_decode(options, prompt, every, store=None):
+        seen.append(store)
+        yield run.to_dict()
+        yield run.to_dict()  # the finished trace can come twice: remembered once
+
+    class Target:
+        dtype = "float32"
+
+        def encode_prompt(self, prompt, chat=True):
+            return [1, 2, 3]
+
+    @contextlib.contextmanager
+    def fake_loaded(*options, report=None):
+        yield [(Target(), None)]
+
+    monkeypatch.setattr(handlers, "decode_rounds", fake_decode)
+    monkeypatch.setattr(handlers, "loaded", fake_loaded)
+    values = {name: None for name in handlers.RUN_INPUTS}
+    values.update(prompt="hello", model="smollm2-135m", method="speculative", drafter="suffix", max_new_tokens=8)
+    mine, theirs = RunSession(), RunSession()
+    for _ in range(2):
+        updates = list(handlers.run(*(values[n] for n in handlers.RUN_INPUTS), progress=lambda *a, **k: None,
+                                    session=mine))
+    assert seen[0] == SuffixStore().to_dict() and len(seen[1]["outputs"]) == 1  # the second run reads the first
+    store = mine.earlier.stores["smollm2-135m"]  # one store per target model (the run's options name it)
+    assert len(store.outputs) == 2 and store.outputs[0][0] == tuple(run.output_ids)
+    assert theirs.earlier.stores == {}  # another visitor's session holds nothing of this one's
+    shown = updates[-1]["store"]
+    assert "2 outputs" in shown and f"{2 * len(run.output_ids)} tokens" in shown
+    assert "Empty" in handlers.clear_store(mine) and mine.earlier.stores == {}
+    values.update(drafter="prompt-lookup")
+    list(handlers.run(*(values[n] for n in handlers.RUN_INPUTS), progress=lambda *a, **k: None, session=mine))
+    assert seen[-1] is None  # another drafter gets no store
+
+
+def test_the_race_races_suffix_decoding_without_a_store():
+    name = next(n for n, preset in PRESETS.items() if preset.get("drafter") == "suffix")
+    runs = race_options({"model": "smollm2-135m", "methods": [name], "max_new_tokens": 16})
+    assert runs[1].drafter == "suffix" and runs[1].method == "speculative"
