@@ -2,6 +2,7 @@
 
     flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.suffix                 # SmolLM2-135M
     flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.suffix --target qwen2.5-coder-1.5b
+    flock /tmp/speclab-heavy.lock .venv/bin/python -m bench.suffix --tune    # choose the factor (tuning prompts)
 
 The three prompt kinds (assets/bench: chat, code writing, code editing) plus a multi-turn set built here from
 HumanEval: chains of requests about one function, where each later turn asks for the function again with a change
@@ -16,6 +17,11 @@ its first occurrence, k = 5 tokens after it: vLLM's `ngram` method with prompt_l
 num_speculative_tokens 5, run here as prompt lookup with ngram_min 3, ngram 5, γ 5); suffix decoding at its
 defaults (vLLM's: depth 24, factor 1, min_prob 0.1; at most 16 nodes on a CPU). Interleaved repetitions, paired
 ratios (bench/runner.py). Writes bench/results/suffix-<target>.{json,md}.
+
+--tune chooses suffix_factor on the TUNING prompts (never scored): each prompt's greedy output is made once, then
+every factor's drafter (and prompt lookup's) is replayed along it without the model (a greedy round accepts the
+longest drafted branch that agrees with the output), each round priced by this machine's measured verification
+cost t(n) (decoders/costs.py; a draft costs nothing). Writes bench/results/suffix-tune-<target>.{json,md}.
 """
 from __future__ import annotations
 
@@ -25,7 +31,10 @@ import platform
 import random
 import time
 
-from decoders import DecodeOptions, SuffixStore, generate
+import math
+
+from decoders import DecodeOptions, SuffixStore, generate, registry
+from decoders.tree import children
 
 from . import cli, report
 from .__main__ import ASSETS, KIND_FILES, load_prompts
@@ -46,14 +55,15 @@ TURNS = (  # what each turn of a chain asks for; {code} = the HumanEval prompt (
 TARGETS = {"code-editing": 1.2, MULTI_TURN: 1.2, "chat": 0.95}  # suffix ÷ the better prompt lookup, per kind
 
 
-def methods() -> list[Method]:
+def methods(factor: float = DecodeOptions.suffix_factor) -> list[Method]:
     return [ours("ours/baseline", "baseline", "baseline"),
             ours("ours/prompt-lookup", "prompt lookup · static γ=4", "prompt-lookup", rule="static", gamma=4),
             ours("ours/prompt-lookup-cost", "prompt lookup · cost-aware length", "prompt-lookup", rule="static",
                  controller="cost"),
             ours("ours/ngram-vllm", "vLLM-style n-gram · n 3–5, k 5", "prompt-lookup", rule="static", gamma=5,
                  ngram=5, ngram_min=3),
-            ours("ours/suffix", "suffix decoding · tree ≤16, factor 1, p ≥ 0.1", "suffix")]
+            ours("ours/suffix", f"suffix decoding · tree ≤16, factor {factor:g}, p ≥ 0.1", "suffix",
+                 suffix_factor=factor)]
 
 
 PROMPT_LOOKUPS = ("ours/prompt-lookup", "ours/prompt-lookup-cost")
@@ -167,11 +177,111 @@ def _f(x, digits=2) -> str:
     return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "–"
 
 
+# ---- choosing the factor: a replay along greedy outputs -----------------------------------------------------
+
+TUNE_FACTORS = (1.0, 2.0, 3.0, 4.0)
+
+
+def replay(options: DecodeOptions, target, prompt_ids: list[int], output_ids: list[int], t, store=None) -> dict:
+    """The rounds a greedy run with these options makes along its known output, without the model: each round's
+    draft (the registry's drafter, the rule's limit) accepts its longest branch that agrees with the output, plus
+    the target's own token. est_speedup = tokens ÷ Σ t(nodes sent + 1), the baseline costing t(1) = 1 a token."""
+    drafter = registry.build_drafter(registry.BuildContext(options, None, target, None, store))
+    rule = registry.build_rule(options)
+    drafter.start(list(prompt_ids))
+    ids, done, rounds, cost = list(prompt_ids), 0, 0, 0.0
+    while done < len(output_ids):
+        proposal = drafter.propose(ids, min(rule.limit(), len(output_ids) - done - 1), rule, None, None, False)
+        tree = proposal.tree
+        kids, node, kept = children(tree.parents), 0, 0
+        while done + kept < len(output_ids) - 1:
+            node = next((c for c in kids[node] if tree.tokens[c] == output_ids[done + kept]), None)
+            if node is None:
+                break
+            kept += 1
+        ids += output_ids[done:done + kept + 1]
+        done, rounds = done + kept + 1, rounds + 1
+        cost += t(tree.size, not tree.is_chain())
+    drafter.close()
+    return {"tau": len(output_ids) / rounds, "est_speedup": len(output_ids) / cost}
+
+
+def tune_arms() -> dict[str, dict]:
+    """Prompt lookup (the reference) and suffix decoding at each factor in TUNE_FACTORS."""
+    lookup = next(m for m in methods() if m.key == "ours/prompt-lookup")
+    arms = {lookup.key: lookup.options}
+    for factor in TUNE_FACTORS:
+        arms[f"ours/suffix-f{factor:g}"] = {"method": "speculative", "drafter": "suffix", "suffix_factor": factor}
+    return arms
+
+
+def tune(target, prompts: list[Prompt], max_new_tokens: int, t) -> dict:
+    """Replay every arm along each tuning prompt's greedy output; per kind the geometric mean of est_speedup, and
+    the factor whose geometric mean over the kinds' geometric means is best."""
+    arms, rows = tune_arms(), []
+    name = getattr(target, "name", "target")
+    for prompt in prompts:
+        prompt.ids = prompt.ids or target.encode_prompt(prompt.text, chat=True)
+        output = generate(DecodeOptions(model=name, max_new_tokens=max_new_tokens, record=False), prompt.ids,
+                          target=target).output_ids
+        for key, fields in arms.items():
+            options = DecodeOptions(model=name, max_new_tokens=max_new_tokens, **fields)
+            rows.append({"arm": key, "prompt": prompt.id, "kind": prompt.kind,
+                         **replay(options, target, prompt.ids, output, t)})
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    table = {key: {kind: _geomean([r["est_speedup"] for r in rows if r["arm"] == key and r["kind"] == kind])
+                   for kind in kinds} for key in arms}
+    overall = {key: _geomean(list(by_kind.values())) for key, by_kind in table.items()}
+    best = max((k for k in arms if k.startswith("ours/suffix")), key=lambda k: overall[k])
+    return {"rows": rows, "table": table, "overall": overall, "best": best,
+            "best_factor": arms[best]["suffix_factor"]}
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def tune_markdown(result: dict, settings: dict) -> str:
+    kinds = list(next(iter(result["table"].values())))
+    lines = [f"# Choosing suffix decoding's factor on {settings['target']} (tuning prompts, replayed)", "",
+             f"`{settings['command']}` · {settings['prompts']} tuning prompts · {settings['max_new_tokens']} new "
+             f"tokens · greedy · {settings['machine']} · t(1) {settings['step_ms']:.0f} ms", "",
+             "Estimated speed-up over the baseline (geometric mean per kind): each prompt's greedy output replayed "
+             "through each arm's drafter without the model, every round priced by this machine's measured t(n) "
+             "(tree masks for trees). An estimate for choosing, not a measurement: the scored comparison is "
+             "`python -m bench.suffix`.", "",
+             "| arm | " + " | ".join(kinds) + " | all kinds |", "|---|" + "---|" * (len(kinds) + 1)]
+    for key, by_kind in result["table"].items():
+        lines.append(f"| {key} | " + " | ".join(_f(by_kind[k]) for k in kinds) + f" | {_f(result['overall'][key])} |")
+    lines += ["", f"Best: {result['best']} (suffix_factor {result['best_factor']:g}).", ""]
+    return "\n".join(lines)
+
+
+def run_tune(args, models: dict, started: float, threads: int, argv) -> int:
+    from decoders import costs
+
+    target = models["target"]
+    curve = costs.measure(target, ns=costs.QUICK_NS)
+    prompts = load_prompts(args.per_kind, cli.kinds(args), split="tuning")
+    result = tune(target, prompts, args.max_new_tokens, curve.t)
+    settings = {"target": args.target, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
+                "machine": f"{platform.processor() or platform.machine()}, {threads} threads",
+                "command": cli.command("python -m bench.suffix", argv), "step_ms": curve.step_seconds * 1e3,
+                "minutes": (time.time() - started) / 60}
+    text = tune_markdown(result, settings)
+    stem = cli.out_stem(args)
+    cli.write(stem.with_name(stem.name.replace("suffix-", "suffix-tune-", 1)), {"settings": settings, **result},
+              text)
+    print(text)
+    return 0
+
+
 # ---- the run --------------------------------------------------------------------------------------------------
 
 def run(models: dict, prompts: list[Prompt], chains: list[list[Prompt]], reps: int, max_new_tokens: int,
-        log=print) -> tuple[list[dict], dict[str, list[dict]]]:
-    chosen = methods()
+        log=print, factor: float = DecodeOptions.suffix_factor) -> tuple[list[dict], dict[str, list[dict]]]:
+    chosen = methods(factor)
     scored = prompts + fill_stores(chains, models["target"], max_new_tokens)
     records = run_suite(chosen, models, scored, reps, max_new_tokens, log=log)
     kinds = list(dict.fromkeys(p.kind for p in scored))
@@ -183,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.run_arguments(parser, target="smollm2-135m", stem="suffix", reps=2)
     parser.add_argument("--chains", type=int, default=3, help="multi-turn chains (each len(TURNS) turns)")
+    parser.add_argument("--tune", action="store_true", help="choose suffix_factor on the tuning prompts (replayed)")
+    parser.add_argument("--suffix-factor", type=float, default=DecodeOptions.suffix_factor,
+                        help="the suffix arm's factor (default: DecodeOptions'; --tune chooses one)")
     parser.set_defaults(max_new_tokens=64)  # whole functions: long enough for a repeated answer to pay
     args = parser.parse_args(argv)
     threads = set_threads(args.threads)
@@ -190,11 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     from decoders.models import load_model
 
     models = {"target": load_model(args.target, dtype="float32")}
+    if args.tune:
+        return run_tune(args, models, started, threads, argv)
     prompts = load_prompts(args.per_kind, cli.kinds(args))
     chains, provenance = multi_turn_chains(args.chains)
-    records, tables = run(models, prompts, chains, args.reps, args.max_new_tokens)
+    records, tables = run(models, prompts, chains, args.reps, args.max_new_tokens, factor=args.suffix_factor)
     same = [r["identical_to_baseline"] for r in records if r.get("identical_to_baseline") is not None]
     result = {"settings": {"target": args.target, "dtype": "float32", "per_kind": args.per_kind, "chains": args.chains,
+                           "suffix_factor": args.suffix_factor,
                            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "threads": threads,
                            "machine": f"{platform.processor() or platform.machine()}",
                            "command": cli.command("python -m bench.suffix", argv),

@@ -70,3 +70,34 @@ def test_the_vllm_style_ngram_arm_matches_only_tails_of_its_lengths(tiny):
         generate(DecodeOptions(max_new_tokens=20), prompt, target=tiny).output_ids
     with pytest.raises(OptionsError, match="ngram_min must be a whole number from 1 to 3"):
         DecodeOptions(method="speculative", drafter="prompt-lookup", ngram=3, ngram_min=4).validate()
+
+
+@pytest.mark.parametrize("fields", [dict(drafter="suffix"), dict(drafter="suffix", suffix_factor=3.0),
+                                    dict(drafter="prompt-lookup", gamma=4)])
+def test_the_tuning_replay_makes_the_rounds_the_real_run_makes(tiny, fields):
+    """--tune prices drafts without the model: its replay along the greedy output must take the same rounds as a
+    real greedy run with the same options (same drafts, same accepted lengths)."""
+    from decoders import DecodeOptions, SuffixStore, generate
+
+    prompt = [3, 9, 4, 1, 7, 22, 5, 3, 9, 4, 1, 7]
+    options = DecodeOptions(method="speculative", max_new_tokens=40, **fields)
+    store = SuffixStore()
+    store.add(generate(DecodeOptions(max_new_tokens=30), prompt, target=tiny).output_ids[5:])
+    real = generate(options, prompt, target=tiny, store=store)
+    replayed = suffix.replay(options, tiny, prompt, real.output_ids, lambda n, tree: float(n), store)
+    assert replayed["tau"] == len(real.output_ids) / len(real.rounds)
+    assert replayed["est_speedup"] == len(real.output_ids) / sum(r.n_drafted + 1 for r in real.rounds)
+
+
+def test_tuning_picks_the_factor_with_the_best_estimate(tiny):
+    from bench.runner import Prompt
+
+    prompts = [Prompt("t-edit", "code-editing", "", [3, 9, 4, 1, 7, 22, 5, 3, 9, 4, 1, 7]),
+               Prompt("t-chat", "chat", "", [5, 8, 2])]
+    result = suffix.tune(tiny, prompts, 16, lambda n, tree: 1.0 + 0.1 * (n - 1))
+    suffix_arms = [k for k in result["overall"] if k.startswith("ours/suffix")]
+    assert len(suffix_arms) == len(suffix.TUNE_FACTORS) and "ours/prompt-lookup" in result["table"]
+    assert result["overall"][result["best"]] == max(result["overall"][k] for k in suffix_arms)
+    text = suffix.tune_markdown(result, {"target": "tiny", "command": "x", "prompts": 2, "max_new_tokens": 16,
+                                         "machine": "test", "step_ms": 1.0})
+    assert f"suffix_factor {result['best_factor']:g}" in text

@@ -130,6 +130,8 @@ class SuffixTree:
             if node is None or node.count <= seen:
                 break  # a longer tail contains this one, so it cannot have occurred earlier either
             cap = max(0, min(max_tokens, int(factor * length + offset + 1e-6)))
+            if cap < best.score:
+                continue  # every estimate is at most 1, so `cap` nodes cannot score more than the best so far
             draft = grow(node, cap, min_prob, max_depth, stop_after, seen)
             draft.match_len = length
             if draft.score >= best.score:
