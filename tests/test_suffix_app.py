@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import html
 
 import pytest
 
@@ -29,16 +30,17 @@ def run(tiny):
 
 
 def test_the_round_views_draw_the_match_and_the_run(run):
-    index = next(r.index for r in run.rounds if r.search["match_len"] and r.n_drafted >= 2)
+    index = next(r.index for r in run.rounds if r.search and r.search["match_len"] and r.n_drafted >= 2)
     rnd = run.rounds[index]
     views = round_views(run, index)
     title = views["positions"].layout.title.text.replace("<br>", " ")
-    assert f"the matched tail ({rnd.search['match_len']} tokens" in title
-    bars = [t for t in views["positions"].data if t.y is not None and "matched tail" not in t.y]
+    assert f"the last {rnd.search['match_len']} tokens occurred in {rnd.search['source']}" in title
     first = [e for e in rnd.search["pool"] if e["parent"] == -1]
-    assert list(bars[0].x) == [e["count"] for e in first][:figures.SHOWN_NEXT]  # the counts, as recorded
+    assert list(views["positions"].data[0].x) == [e["count"] for e in first][:figures.SHOWN_NEXT]  # as recorded
+    tail = views["positions"].layout.annotations[0]
+    assert tail.text.startswith("tail: ") and repr("".join(rnd.search["match_texts"])) in html.unescape(tail.hovertext)
     line = next(t for t in views["rounds"].data if t.name == "matched tail length")
-    assert list(line.y) == [r.search["match_len"] for r in run.rounds]
+    assert list(line.y) == [r.search["match_len"] for r in run.rounds if r.search]  # (a last round with no room: none)
 
 
 def test_tree_nodes_say_their_counts_on_hover(run):

@@ -46,44 +46,46 @@ def node_lines(entry: dict) -> list[str]:
 
 
 def match_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
-    """One round: the matched tail as a row of tokens, and under it the continuations that followed it (bars:
-    how often each did), the drafted ones in the draft's colour, those left out by the cap in grey."""
+    """One round: the matched tail (its last tokens above the plot, all of them on hover) and the continuations
+    that followed it there (bars: how often each did), the drafted ones in the accepted colour, those the cap left
+    out in grey."""
     if not trace.rounds:
         return empty_figure("No rounds yet.", height)
     index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
     rnd = trace.rounds[index]
     search = rnd.search or {}
     if not is_suffix(search):
-        return empty_figure("This round carries no suffix match (recorded without its search).", height)
+        return empty_figure(f"Round {index + 1} drafted nothing: no room was left in the token budget (or the "
+                            "run was recorded without its search).", height)
     if not search.get("match_len"):
         return empty_figure(f"Round {index + 1}: no tail of the text occurred earlier, so suffix decoding had "
                             "nothing to copy; the target took one plain step.", height)
     fig = go.Figure()
-    _add_tail(fig, search)
     _add_next(fig, search)
-    title = wrap_title(f"Round {index + 1}: the matched tail ({search['match_len']} tokens, in "
-                       f"{search.get('source', 'the text')}) and what followed it")
+    _add_tail(fig, search)
+    title = wrap_title(f"Round {index + 1}: the last {search['match_len']} tokens occurred in "
+                       f"{search.get('source', 'the text')}, and this followed them")
+    top = title_margin(title) + 34  # room for the tail's line under the title
     fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white",
-                      margin=dict(l=10, r=10, t=title_margin(title), b=10), showlegend=False,
+                      margin=dict(l=10, r=30, t=top, b=10), showlegend=False,
                       xaxis=dict(title="times it followed the matched tail", rangemode="tozero", gridcolor="#eee"),
-                      yaxis=dict(showgrid=False, autorange="reversed"), barmode="overlay")
+                      yaxis=dict(showgrid=False, autorange="reversed", automargin=True))
     return describe(fig, match_summary(index, search))
 
 
 def _add_tail(fig: go.Figure, search: dict) -> None:
-    """The matched tail as one labelled bar on top (its tokens in order; hover names them all)."""
+    """The matched tail, one line above the plot (its last SHOWN_TAIL tokens; hover: all of it and its cap)."""
     texts = search.get("match_texts") or [str(t) for t in search.get("match", [])]
     shown = texts[-SHOWN_TAIL:]
-    label = ("… " if len(texts) > len(shown) else "") + " ".join(visible_token(t, 8) for t in shown)
-    fig.add_trace(go.Bar(y=["matched tail"], x=[0], orientation="h", marker_color="rgba(0,0,0,0)",
-                         text=[label], textposition="outside", cliponaxis=False,
-                         hovertext=[f"the last {search['match_len']} tokens: "
-                                    + html.escape(repr("".join(texts)))
-                                    + f"<br>found in {search.get('source')}; a match this long earns at most "
-                                      f"floor({sig(search.get('factor'))} × {search['match_len']}) = "
-                                      f"{int(search.get('factor', 1) * search['match_len'] + 1e-6)} drafts "
-                                      f"(cap {search.get('cap')})"],
-                         hovertemplate="%{hovertext}<extra></extra>"))
+    label = "tail: " + ("… " if len(texts) > len(shown) else "") + " ".join(visible_token(t, 8) for t in shown)
+    factor = float(search.get("factor", 1.0))
+    fig.add_annotation(text=html.escape(label), xref="paper", yref="paper", x=0, y=1.02, xanchor="left",
+                       yanchor="bottom", showarrow=False, font=dict(size=12, color="#333"),
+                       hovertext=f"the last {search['match_len']} tokens: " + html.escape(repr("".join(texts)))
+                                 + f"<br>found in {search.get('source')}; a match this long earns at most "
+                                   f"floor({sig(factor)} × {search['match_len']}) = "
+                                   f"{int(factor * search['match_len'] + 1e-6)} drafts (the round's cap: "
+                                   f"{search.get('cap')}, also bounded by the most drafts per round)")
 
 
 def _add_next(fig: go.Figure, search: dict) -> None:
@@ -92,7 +94,7 @@ def _add_next(fig: go.Figure, search: dict) -> None:
     first = [e for e in search.get("pool") or [] if int(e["parent"]) == -1][:SHOWN_NEXT]
     if not first:
         return
-    names = [f"{i + 1}. {visible_token(e.get('text', str(e['token'])), 12)}" for i, e in enumerate(first)]
+    names = [f"{i + 1}: {visible_token(e.get('text', str(e['token'])), 12)}" for i, e in enumerate(first)]
     colors = [STATUS_COLORS["accepted"] if int(e["id"]) in chosen else "#d0d0d0" for e in first]
     fig.add_trace(go.Bar(y=names, x=[int(e["count"]) for e in first], orientation="h", marker_color=colors,
                          text=[f"{e['count']}/{e['of']}" for e in first], textposition="outside", cliponaxis=False,
