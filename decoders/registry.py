@@ -96,6 +96,11 @@ class DrafterSpec:
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
 
+    def __post_init__(self):
+        if self.family == Family.TREE and (self.depth is None or self.describe is None):
+            raise ValueError(f"tree drafter {self.name!r} needs depth= (how deep a round's tree may grow) and "
+                             "describe= (its label): no draft-length rule sets them for a tree")
+
     @property
     def rules(self) -> tuple[str, ...]:
         """The draft-length rules that can steer it (a tree's shape sets its own depth: none)."""

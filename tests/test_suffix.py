@@ -230,3 +230,8 @@ def test_one_class_and_one_registry_line():
     assert registry.label(suffix()) == "speculative · suffix tree (≤16 nodes, 1×match, p ≥ 0.1)"
     assert suffix().fields_in_use() >= {"suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"}
     assert "controller" not in suffix().fields_in_use()
+
+
+def test_a_tree_drafter_must_say_its_depth_and_label():
+    with pytest.raises(ValueError, match="needs depth= .* and describe="):
+        registry.DrafterSpec("tree-without-depth", registry.Family.TREE, "x", (), lambda ctx: None)
