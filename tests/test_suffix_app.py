@@ -103,3 +103,13 @@ def test_the_race_races_suffix_decoding_without_a_store():
     name = next(n for n, preset in PRESETS.items() if preset.get("drafter") == "suffix")
     runs = race_options({"model": "smollm2-135m", "methods": [name], "max_new_tokens": 16})
     assert runs[1].drafter == "suffix" and runs[1].method == "speculative"
+
+
+def test_the_race_verdict_says_a_copied_tree_costs_no_draft_forward():
+    from app.tabs.race.verdicts import verdict
+
+    row = {"label": "suffix", "method": "speculative", "tree": True, "draft_steps": 0.0, "gamma": 3.0, "c": 0.0,
+           "tau": 2.5, "speedup": 1.6, "acceptance_rate": 0.7, "alpha": None}
+    assert "each round copied a tree of 3.0 drafts from the text (no draft forward" in verdict(row)
+    lost = verdict({**row, "tau": 1.05, "speedup": 0.8, "acceptance_rate": 0.1})
+    assert "the drafts rarely survived (α = 0.10)" in lost and "expansion step" not in lost

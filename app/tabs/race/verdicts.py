@@ -42,7 +42,7 @@ def verdict(row: dict) -> str:
     if gamma == 0:
         return (f"{head}: it never drafted (no draft was offered; prompt lookup finds nothing to copy in free "
                 "text), so it can only add overhead.")
-    if row.get("tree"):  # a tree pays one draft forward per expansion step, however many drafts it sends
+    if row.get("tree") and row.get("draft_steps"):  # a grown tree pays one draft forward per expansion step
         steps = row.get("draft_steps") or 0.0
         cost = steps * c + (t_ratio or 1.0)
         numbers = f"each round grew a tree in {steps:.1f} draft forwards at c = {c:.2f} and sent {gamma:.0f} drafts"
@@ -50,10 +50,12 @@ def verdict(row: dict) -> str:
         numbers += f", a cost of {cost:.2f} target forwards for τ = {tau:.2f} tokens"
         return _tree_verdict(head, speedup, numbers, steps * c, tau, t_ratio)
     cost = gamma * c + (t_ratio or 1.0)
-    numbers = (f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f} and verified them at "
-               f"t(n)/t(1) = {t_ratio:.2f}" if t_ratio else f"each round drafted γ = {gamma:.1f} tokens at c = {c:.2f}")
+    drafted = (f"copied a tree of {gamma:.1f} drafts from the text (no draft forward, c = {c:.2f})" if row.get("tree")
+               else f"drafted γ = {gamma:.1f} tokens at c = {c:.2f}")  # a tree with no draft steps: suffix decoding
+    numbers = (f"each round {drafted} and verified them at t(n)/t(1) = {t_ratio:.2f}" if t_ratio
+               else f"each round {drafted}")
     numbers += f", a cost of {cost:.2f} target forwards for τ = {tau:.2f} tokens"
-    alpha = row.get("alpha")
+    alpha = row.get("acceptance_rate") if row.get("tree") else row.get("alpha")  # a copied tree has no chain α
     if speedup >= WIN:
         return f"{head}: {numbers}; {win_reason(c, row.get('acceptance_rate'), tau)}."
     if speedup > 1 / WIN:
