@@ -7,6 +7,7 @@ import contextlib
 import gradio as gr
 import pytest
 
+from app_fakes import fake_loaded
 from app.page import build_demo
 from app.shared.paths import ASSETS
 from app.tabs.generate import handlers, views
@@ -74,16 +75,6 @@ def test_run_decodes_once_per_click(events, monkeypatch, trace):
     def fake_decode(options, prompt, every, store=None):
         started.append(prompt)
         yield trace.to_dict()
-
-    class Target:
-        dtype = "float32"
-
-        def encode_prompt(self, prompt, chat=True):
-            return [1, 2, 3]
-
-    @contextlib.contextmanager
-    def fake_loaded(*options, report=None):
-        yield [(Target(), None)]
 
     monkeypatch.setattr(handlers, "decode_rounds", fake_decode)
     monkeypatch.setattr(handlers, "loaded", fake_loaded)

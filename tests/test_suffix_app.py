@@ -3,11 +3,11 @@ store of earlier outputs is the visitor's own (passed into the run, filled once 
 and the Race can race it."""
 from __future__ import annotations
 
-import contextlib
 import copy
 import html
 
 import pytest
+from app_fakes import fake_loaded
 
 from app.figures import suffix as figures
 from app.figures.tree import tree_figure
@@ -68,16 +68,6 @@ def test_the_store_is_each_visitors_own_and_filled_once_per_finished_run(monkeyp
         seen.append(store)
         yield run.to_dict()
         yield run.to_dict()  # the finished trace can come twice: remembered once
-
-    class Target:
-        dtype = "float32"
-
-        def encode_prompt(self, prompt, chat=True):
-            return [1, 2, 3]
-
-    @contextlib.contextmanager
-    def fake_loaded(*options, report=None):
-        yield [(Target(), None)]
 
     monkeypatch.setattr(handlers, "decode_rounds", fake_decode)
     monkeypatch.setattr(handlers, "loaded", fake_loaded)

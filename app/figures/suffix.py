@@ -45,6 +45,17 @@ def node_lines(entry: dict) -> list[str]:
             f"estimated probability (count ÷ occurrences, multiplied down the path) = {sig(entry['value'])}"]
 
 
+def left_out_hover(entries: list[dict], shown: int = 6) -> str:
+    """The tree's grey "+n" node: continuations that passed the minimum probability but not the cap."""
+    lines = [f"<b>{len(entries)} continuations above the minimum probability, left out by the cap</b>"]
+    for entry in entries[:shown]:
+        token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
+        lines.append(f"{token}: followed {entry['count']} of {entry['of']} times, estimate {sig(entry['value'])}")
+    if len(entries) > shown:
+        lines.append(f"… and {len(entries) - shown} more")
+    return "<br>".join(lines)
+
+
 def match_figure(trace: Trace, index: int | None = None, height: int = 340) -> go.Figure:
     """One round: the matched tail (its last tokens above the plot, all of them on hover) and the continuations
     that followed it there (bars: how often each did), the drafted ones in the accepted colour, those the cap left

@@ -269,15 +269,14 @@ def _add_unsent_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, view: PoolVi
 
 
 def _unsent_hover(entries: list[dict], view: PoolView, shown: int = 6) -> str:
-    counted = "count" in entries[0]  # suffix decoding: continuations the cap left out
-    lines = [f"<b>{len(entries)} continuations above the minimum probability, left out by the cap</b>" if counted
-             else f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable "
-                  f"of {view.size})"]
+    if "count" in entries[0]:  # suffix decoding: continuations the cap left out
+        return suffix.left_out_hover(entries, shown)
+    lines = [f"<b>{len(entries)} candidates grown but not sent</b> (outside the {len(view.entry)} most valuable of "
+             f"{view.size})"]
     for entry in entries[:shown]:
         token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
-        lines.append(f"{token}: followed {entry['count']} of {entry['of']} times, estimate {sig(entry['value'])}"
-                     if counted else f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
-                                     f"step {entry['step']}")
+        lines.append(f"{token}: value {sig(entry['value'])}, rank {view.rank[int(entry['id'])]}, "
+                     f"step {entry['step']}")
     if len(entries) > shown:
         lines.append(f"… and {len(entries) - shown} more")
     return "<br>".join(lines)
