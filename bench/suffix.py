@@ -15,7 +15,8 @@ Methods, all model-free chains or trees verified by the same core: the baseline;
 γ 4, and the Race's cost-aware length); vLLM's n-gram proposer (the longest tail of 3 to 5 tokens that occurred,
 its first occurrence, k = 5 tokens after it: vLLM's `ngram` method with prompt_lookup_min 3, prompt_lookup_max 5,
 num_speculative_tokens 5, run here as prompt lookup with ngram_min 3, ngram 5, γ 5); suffix decoding at its
-defaults (vLLM's: depth 24, factor 1, min_prob 0.1; at most 16 nodes on a CPU). Interleaved repetitions, paired
+defaults (vLLM's depth 24 and min_prob 0.1; factor 2, chosen by --tune, where vLLM's is 1; at most 16 nodes on a
+CPU, where vLLM drafts up to 32). Interleaved repetitions, paired
 ratios (bench/runner.py). Writes bench/results/suffix-<target>.{json,md}.
 
 --tune chooses suffix_factor on the TUNING prompts (never scored): each prompt's greedy output is made once, then
@@ -216,8 +217,9 @@ def tune_arms() -> dict[str, dict]:
 
 
 def tune(target, prompts: list[Prompt], max_new_tokens: int, t) -> dict:
-    """Replay every arm along each tuning prompt's greedy output; per kind the geometric mean of est_speedup, and
-    the factor whose geometric mean over the kinds' geometric means is best."""
+    """Replay every arm along each tuning prompt's greedy output; per kind the geometric mean of est_speedup. The
+    choice: among the factors that do not fall below prompt lookup on any kind (free text must not pay for the copy
+    tasks' long drafts), the best geometric mean over the kinds (all factors, if none qualifies)."""
     arms, rows = tune_arms(), []
     name = getattr(target, "name", "target")
     for prompt in prompts:
@@ -232,8 +234,11 @@ def tune(target, prompts: list[Prompt], max_new_tokens: int, t) -> dict:
     table = {key: {kind: _geomean([r["est_speedup"] for r in rows if r["arm"] == key and r["kind"] == kind])
                    for kind in kinds} for key in arms}
     overall = {key: _geomean(list(by_kind.values())) for key, by_kind in table.items()}
-    best = max((k for k in arms if k.startswith("ours/suffix")), key=lambda k: overall[k])
-    return {"rows": rows, "table": table, "overall": overall, "best": best,
+    lookup = table["ours/prompt-lookup"]
+    factors = [k for k in arms if k.startswith("ours/suffix")]
+    safe = [k for k in factors if all((table[k][kind] or 0) >= (lookup[kind] or 0) for kind in kinds)]
+    best = max(safe or factors, key=lambda k: overall[k])
+    return {"rows": rows, "table": table, "overall": overall, "best": best, "never_below_lookup": safe,
             "best_factor": arms[best]["suffix_factor"]}
 
 
@@ -246,7 +251,8 @@ def tune_markdown(result: dict, settings: dict) -> str:
     kinds = list(next(iter(result["table"].values())))
     lines = [f"# Choosing suffix decoding's factor on {settings['target']} (tuning prompts, replayed)", "",
              f"`{settings['command']}` · {settings['prompts']} tuning prompts · {settings['max_new_tokens']} new "
-             f"tokens · greedy · {settings['machine']} · t(1) {settings['step_ms']:.0f} ms", "",
+             f"tokens · greedy · {settings['machine']} · t(1) {settings['step_ms']:.0f} ms (t(n) measured "
+             f"{settings.get('curve_measured_at', '?')}, cached by decoders/costs.py)", "",
              "Estimated speed-up over the baseline (geometric mean per kind): each prompt's greedy output replayed "
              "through each arm's drafter without the model, every round priced by this machine's measured t(n) "
              "(tree masks for trees). An estimate for choosing, not a measurement: the scored comparison is "
@@ -254,7 +260,9 @@ def tune_markdown(result: dict, settings: dict) -> str:
              "| arm | " + " | ".join(kinds) + " | all kinds |", "|---|" + "---|" * (len(kinds) + 1)]
     for key, by_kind in result["table"].items():
         lines.append(f"| {key} | " + " | ".join(_f(by_kind[k]) for k in kinds) + f" | {_f(result['overall'][key])} |")
-    lines += ["", f"Best: {result['best']} (suffix_factor {result['best_factor']:g}).", ""]
+    safe = ", ".join(result.get("never_below_lookup") or []) or "none"
+    lines += ["", f"Never below prompt lookup on any kind: {safe}. Chosen (the best of those over all kinds): "
+              f"{result['best']} (suffix_factor {result['best_factor']:g}).", ""]
     return "\n".join(lines)
 
 
@@ -268,6 +276,7 @@ def run_tune(args, models: dict, started: float, threads: int, argv) -> int:
     settings = {"target": args.target, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                 "machine": f"{platform.processor() or platform.machine()}, {threads} threads",
                 "command": cli.command("python -m bench.suffix", argv), "step_ms": curve.step_seconds * 1e3,
+                "curve_measured_at": curve.measured_at,
                 "minutes": (time.time() - started) / 60}
     text = tune_markdown(result, settings)
     stem = cli.out_stem(args)

@@ -77,7 +77,9 @@ class DecodeOptions:
     #                                                        (0, 0)); None = SpecLab's 24-node default (tree_draft.py)
     suffix_depth: int = 24  # suffix: the suffix tree's depth, longest matched tail + what follows (vLLM's default)
     suffix_tokens: int = 16  # suffix: most draft nodes per round (vLLM: num_speculative_tokens, 32 on a GPU)
-    suffix_factor: float = 1.0  # suffix: a matched tail of L tokens earns at most floor(factor * L) drafts (vLLM 1.0)
+    suffix_factor: float = 2.0  # suffix: a matched tail of L tokens earns at most floor(factor * L) drafts; vLLM: 1.0
+    #                             (a GPU batch pays for every wasted draft); 2 here: chosen on the tuning prompts by
+    #                             python -m bench.suffix --tune (bench/results/suffix-tune-smollm2-135m.md)
     suffix_min_prob: float = 0.1  # suffix: draft a continuation only if count-estimated p >= this (vLLM 0.1)
 
     @classmethod
