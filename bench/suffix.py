@@ -238,7 +238,7 @@ def tune(target, prompts: list[Prompt], max_new_tokens: int, t) -> dict:
     factors = [k for k in arms if k.startswith("ours/suffix")]
     safe = [k for k in factors if all((table[k][kind] or 0) >= (lookup[kind] or 0) for kind in kinds)]
     best = max(safe or factors, key=lambda k: overall[k])
-    return {"rows": rows, "table": table, "overall": overall, "best": best, "never_below_lookup": safe,
+    return {"rows": rows, "estimates": table, "overall": overall, "best": best, "never_below_lookup": safe,
             "best_factor": arms[best]["suffix_factor"]}
 
 
@@ -248,7 +248,7 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def tune_markdown(result: dict, settings: dict) -> str:
-    kinds = list(next(iter(result["table"].values())))
+    kinds = list(next(iter(result["estimates"].values())))
     lines = [f"# Choosing suffix decoding's factor on {settings['target']} (tuning prompts, replayed)", "",
              f"`{settings['command']}` · {settings['prompts']} tuning prompts · {settings['max_new_tokens']} new "
              f"tokens · greedy · {settings['machine']} · t(1) {settings['step_ms']:.0f} ms (t(n) measured "
@@ -258,7 +258,7 @@ def tune_markdown(result: dict, settings: dict) -> str:
              "(tree masks for trees). An estimate for choosing, not a measurement: the scored comparison is "
              "`python -m bench.suffix`.", "",
              "| arm | " + " | ".join(kinds) + " | all kinds |", "|---|" + "---|" * (len(kinds) + 1)]
-    for key, by_kind in result["table"].items():
+    for key, by_kind in result["estimates"].items():
         lines.append(f"| {key} | " + " | ".join(_f(by_kind[k]) for k in kinds) + f" | {_f(result['overall'][key])} |")
     safe = ", ".join(result.get("never_below_lookup") or []) or "none"
     lines += ["", f"Never below prompt lookup on any kind: {safe}. Chosen (the best of those over all kinds): "

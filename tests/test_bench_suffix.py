@@ -96,12 +96,12 @@ def test_tuning_picks_the_factor_with_the_best_estimate(tiny):
                Prompt("t-chat", "chat", "", [5, 8, 2])]
     result = suffix.tune(tiny, prompts, 16, lambda n, tree: 1.0 + 0.1 * (n - 1))
     suffix_arms = [k for k in result["overall"] if k.startswith("ours/suffix")]
-    assert len(suffix_arms) == len(suffix.TUNE_FACTORS) and "ours/prompt-lookup" in result["table"]
+    assert len(suffix_arms) == len(suffix.TUNE_FACTORS) and "ours/prompt-lookup" in result["estimates"]
     eligible = result["never_below_lookup"] or suffix_arms
     assert result["best"] in eligible
     assert result["overall"][result["best"]] == max(result["overall"][k] for k in eligible)
-    lookup = result["table"]["ours/prompt-lookup"]
-    assert all(result["table"][k][kind] >= lookup[kind] for k in result["never_below_lookup"] for kind in lookup)
+    lookup = result["estimates"]["ours/prompt-lookup"]
+    assert all(result["estimates"][k][kind] >= lookup[kind] for k in result["never_below_lookup"] for kind in lookup)
     text = suffix.tune_markdown(result, {"target": "tiny", "command": "x", "prompts": 2, "max_new_tokens": 16,
                                          "machine": "test", "step_ms": 1.0})
     assert f"suffix_factor {result['best_factor']:g}" in text
