@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .api import generate
 from . import registry
+from .buffers import KV_CACHES
 from .options import BEAM_METHODS, CONTROLLERS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=defaults.seed)
     run.add_argument("--dtype", default=defaults.dtype, choices=DTYPES)
     run.add_argument("--device", default=defaults.device, help="auto | cpu | cuda")
+    run.add_argument("--kv-cache", default=defaults.kv_cache, choices=KV_CACHES,
+                     help="dynamic | static | fixed (bucketed shapes) | auto (dynamic; fixed with --cuda-graphs)")
+    run.add_argument("--cuda-graphs", action="store_true", help="replay fixed-shape forwards as CUDA graphs (GPU)")
     run.add_argument("--no-record", action="store_true", help="keep counters only (tokens are identical)")
     run.add_argument("--trace", type=Path, default=None, help="write the trace JSON here")
     run.add_argument("--compare-baseline", action="store_true", help="also decode the baseline and print one line: "
@@ -102,7 +106,8 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
                          controller=args.controller,
                          ngram=args.ngram, ngram_min=args.ngram_min, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
-                         dtype=args.dtype, device=args.device, chat=not args.no_chat, width=args.width,
+                         dtype=args.dtype, device=args.device, kv_cache=args.kv_cache,
+                         cuda_graphs=args.cuda_graphs, chat=not args.no_chat, width=args.width,
                          min_width=args.min_width, thres=args.thres, one_input_beam=args.one_input_beam,
                          length_penalty=args.length_penalty, early_stopping=args.early_stopping, **tree)
 

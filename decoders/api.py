@@ -16,7 +16,7 @@ from typing import Iterator, Protocol
 
 import torch
 
-from . import kernels
+from . import buffers, kernels
 from .batch.ragged import RaggedRunner
 from .batch.trace import BatchTrace
 from .beams import run as beam_run
@@ -68,15 +68,32 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
             yield from beam_run.stream_beams(options, target, draft, prompt_ids,
                                              beam_run.new_trace(options, models, prompt, prompt_ids))
             return
-        runner = CachedModel(target.model)
+        plan = kv_plan(options, target.model, len(prompt_ids))
+        runner = CachedModel(target.model, plan, widest=_widest_verification(options))
         context = BuildContext(options, runner, target, draft, store)
         drafter = registry.build_drafter(context)
+        drafter.use_kv(plan)
         rule = registry.build_rule(options, registry.run_costs(context))
         builder = TraceBuilder(_new_trace(options, target, draft, prompt, prompt_ids), target.decode, options.record)
         generator = seeded_generator(runner.device, options.seed)  # on the model's device, like its logits
         warp = Warp(options.temperature, options.top_k, options.top_p)
         yield from run_rounds(runner, drafter, rule, warp, prompt_ids, options.max_new_tokens,
                               set(target.eos_token_ids), generator, builder)
+
+
+def kv_plan(options: DecodeOptions, model: torch.nn.Module, prompt_tokens: int) -> buffers.KVPlan:
+    """How this run keeps its KV caches (options.kv_cache on the model's device; decoders/buffers.py): buffers hold
+    the prompt and max_new_tokens, plus what each model writes beyond them."""
+    device = next(model.parameters()).device
+    kind = buffers.resolve(options.kv_cache, device, options.cuda_graphs)
+    buffers.check_graphs(options.cuda_graphs, device)
+    return buffers.KVPlan(kind, committed=prompt_tokens + options.max_new_tokens, graphs=options.cuda_graphs)
+
+
+def _widest_verification(options: DecodeOptions) -> int:
+    """The most tokens one verification writes after the committed ones: a tree's M nodes and its root. A chain's
+    drafts never pass max_new_tokens (the loop caps them), so its block fits the committed budget."""
+    return registry.drafter(options.drafter).nodes(options) + 1 if registry.is_tree(options) else 0
 
 
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,

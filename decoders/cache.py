@@ -1,17 +1,23 @@
-"""KV-cache verbs over transformers' DynamicCache: drop the newest entries, keep a verified tree path.
+"""KV-cache verbs over transformers' DynamicCache and SpecLab's static buffers (decoders/buffers.py): drop the
+newest entries, keep a verified tree path.
 
-Every forward appends its tokens at the end of each layer's key/value tensors (batch, kv_heads, seq, head_dim),
-so a tree that was just scored always occupies the last N+1 slots of every layer that ran. Both verbs work on
-that tail, which keeps them correct for full and sliding-window layers alike.
+Every forward appends its tokens at the end of each layer's valid entries (batch, kv_heads, seq, head_dim), so a
+tree that was just scored always occupies the last N+1 valid slots of every layer that ran. Both verbs work on
+that tail, which keeps them correct for full and sliding-window layers alike; a buffer does it by index moves.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 
+from .buffers import BufferCache, BufferLayer
 
-def new_cache(model) -> DynamicCache:
-    """An empty cache shaped after the model's config; sliding layers keep their past so they can be cropped."""
+
+def new_cache(model, capacity: int | None = None) -> DynamicCache | BufferCache:
+    """An empty cache shaped after the model's config: a DynamicCache, or with a capacity a static buffer of that
+    many slots per layer. A DynamicCache's sliding layers keep their past so they can be cropped."""
+    if capacity is not None:
+        return BufferCache(model.config, capacity)
     cache = DynamicCache(config=model.config)
     for layer in cache.layers:
         if getattr(layer, "is_sliding", False):
@@ -19,8 +25,11 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
-def bytes_held(cache: DynamicCache) -> int:
-    """Bytes held by the cache's key and value tensors (what a run costs in KV memory right now)."""
+def bytes_held(cache: DynamicCache | BufferCache) -> int:
+    """Bytes held by the cache's key and value tensors (what a run costs in KV memory right now; a buffer holds its
+    whole allocation from the first write)."""
+    if isinstance(cache, BufferCache):
+        return cache.held_bytes()
     total = 0
     for layer in cache.layers:
         if getattr(layer, "is_initialized", False):
@@ -62,10 +71,12 @@ def sliding_tree_mask(cache: DynamicCache, full_mask: torch.Tensor, positions: t
     n = positions.shape[0]
     past = full_mask.shape[-1] - n
     layer = next(layer for layer in cache.layers if getattr(layer, "is_sliding", False))
-    stored = layer.keys.shape[2] if getattr(layer, "is_initialized", False) else 0
     keys = torch.cat([torch.arange(past, device=positions.device), positions])  # (L+N+1,)
     near = positions[:, None] - keys[None, :] < window  # (N+1, L+N+1)
     mask = full_mask.masked_fill(~near.to(full_mask.device), torch.finfo(full_mask.dtype).min)
+    if isinstance(layer, BufferLayer):  # a buffer keeps every entry and hands attention all of them: no cut
+        return mask
+    stored = layer.keys.shape[2] if getattr(layer, "is_initialized", False) else 0
     visible = min(stored + n, window - 1 + n)  # what DynamicSlidingWindowLayer.update hands to attention
     return mask[..., -visible:].contiguous()  # (1, 1, N+1, visible)
 
@@ -77,6 +88,9 @@ def keep_path(cache: DynamicCache, block: int, keep: list[int]) -> None:
     A chain prefix (keep = 0..k) is a plain crop; anything else copies the kept slots to the front of the block
     first (EAGLE's path compaction). Mutates the cache.
     """
+    if isinstance(cache, BufferCache):
+        cache.keep_path(block, keep)
+        return
     if keep == list(range(len(keep))):
         drop_last(cache, block - len(keep))
         return

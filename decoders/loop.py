@@ -6,12 +6,14 @@ drains it). Closing the generator early (a Stop button) runs the `finally` that 
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import torch
 
 from .clock import DecodeClock
 from .drafters import Drafter
+from .readout import read_round
 from .recorder import TraceBuilder
 from .rules import DraftRule
 from .runner import CachedModel
@@ -47,7 +49,8 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             # logits (N+1, V); features (N+1, H) from the same forward when the drafter wants them, else None
             logits, features = drafter.score(target, tree, drafter.wants_target_hidden)
             p = None if warp.greedy else warp.probs(logits)  # (N+1, V), None at temperature 0
-            verdict = verify(tree, logits, p, generator)
+            readout = read_round(tree, logits, p, builder.record)  # the round's one device-to-host copy
+            verdict = verify(tree, logits, p, generator, readout.argmax)
             t_verify = clock.lap()
             # 4. commit the accepted path and the target's own token, nothing after an end-of-sequence token
             committed, hit_eos = _cut_at_eos([tree.tokens[n] for n in verdict.path] + [verdict.token], eos_ids)
@@ -62,7 +65,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
             seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": clock.lap()}
             # 6. record (its own time is counted in the next round's draft phase, or after the last round)
-            builder.add_round(proposal, verdict, committed, logits, p, rule_after, rule.name if rule else None,
+            builder.add_round(proposal, verdict, committed, readout, rule_after, rule.name if rule else None,
                               limit, seconds)
             builder.trace.decode_seconds = clock.total()
             with clock.paused():  # the consumer's time (rendering, a slow client) is not decode time
@@ -78,8 +81,23 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
         builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
         builder.trace.totals.update(drafter.summary())
+        builder.trace.runtime = runtime(target, drafter)
         drafter.close()
         target.release()
+
+
+def runtime(target: CachedModel, drafter: Drafter) -> dict:
+    """Trace.runtime: the machine, and how each model's KV cache was kept and its forwards ran (graph or eager)."""
+    return {"machine": _machine(str(target.device)), "device": str(target.device), "target": target.runtime(),
+            **drafter.runtime()}
+
+
+@functools.lru_cache(maxsize=None)
+def _machine(device: str) -> str:
+    """The device's description (CPU model and threads, or GPU name), read once per process."""
+    from .costs import machine_description
+
+    return machine_description(torch.device(device))
 
 
 def _prefill_features(target: CachedModel, ids: list[int]) -> torch.Tensor | None:

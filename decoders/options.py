@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import registry
+from .buffers import KV_CACHES
 from .errors import OptionsError
 from .registry import Family
 
@@ -55,6 +56,10 @@ class DecodeOptions:
     record: bool = True  # False: keep counters only (for measuring the recording's cost); tokens are identical
     dtype: str = "auto"  # "auto" picks by device (see decoders/models.py)
     device: str = "auto"
+    kv_cache: str = "auto"  # "dynamic" (transformers' DynamicCache), "static" (one preallocated buffer per model, read
+    #                         as growing views), "fixed" (the buffer read whole at bucketed widths: what CUDA graphs
+    #                         replay), "auto" (dynamic, or fixed when cuda_graphs asks for it): decoders/buffers.py
+    cuda_graphs: bool = False  # replay the fixed-shape forwards as captured CUDA graphs (a GPU only; decoders/graphs.py)
     chat: bool = True  # apply the model's chat template to the prompt
     width: int = 8  # beam methods: beams kept (DSBD: W, the draft draws per layer and the widest layer)
     min_width: int = 1  # DSBD: narrowest layer (K_min)
@@ -98,6 +103,12 @@ class DecodeOptions:
         family = registry.method(self.method).family  # an unknown method lists the known ones
         _one_of("dtype", self.dtype, DTYPES)
         _one_of("draft_quant", self.draft_quant, DRAFT_QUANTS)
+        _one_of("kv_cache", self.kv_cache, KV_CACHES)
+        if self.cuda_graphs not in (True, False):
+            raise OptionsError(f"cuda_graphs is on (True) or off (False), got {self.cuda_graphs!r}")
+        if self.cuda_graphs and self.kv_cache in ("dynamic", "static"):
+            raise OptionsError(f"cuda_graphs needs every step to have a fixed shape, which kv_cache='{self.kv_cache}' "
+                               "does not give; set kv_cache='fixed' (or 'auto')")
         _int_range("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT, _MAX_NEW_TOKENS_FIX)
         if not 0.0 <= self.temperature <= 5.0:
             raise OptionsError(f"temperature must be between 0 (greedy) and 5, got {self.temperature}")

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from .drafters import Proposal
-from .sampling import raw_probs
+from .readout import RoundReadout
 from .stats import summarize
 from .trace import NodeRecord, RoundRecord, TokenRecord, Trace
 from .tree import depths
@@ -63,10 +63,9 @@ class TraceBuilder:
         finally:
             self.seconds += time.perf_counter() - start
 
-    def _add_round(self, proposal: Proposal, verdict: Verdict, committed: list[int], logits: torch.Tensor,
-                   p: torch.Tensor | None, rule_after: dict, rule_name: str | None, limit: int,
-                   seconds: dict) -> RoundRecord:
-        """Append one round; `p` is the warped target (None under greedy), logits (N+1, V) the raw target output."""
+    def _add_round(self, proposal: Proposal, verdict: Verdict, committed: list[int], readout: RoundReadout,
+                   rule_after: dict, rule_name: str | None, limit: int, seconds: dict) -> RoundRecord:
+        """Append one round; `readout` is what the round read of the target's output (decoders/readout.py)."""
         index = len(self.trace.rounds)
         provenance = ["accepted"] * (len(committed) - 1) + [PROVENANCE_OF_SOURCE[verdict.source]]
         if len(committed) <= verdict.n_accepted:  # cut at an accepted EOS: every kept token was a draft
@@ -77,13 +76,13 @@ class TraceBuilder:
                           draft_forwards=proposal.forwards, seconds=seconds)
         if self.record:
             rnd.bonus_text = self.decode([verdict.token])
-            rnd.nodes = self._nodes(proposal, verdict, logits, p)
+            rnd.nodes = self._nodes(proposal, verdict, readout.shown)
             rnd.search = self._search(proposal.search)
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}
         self.trace.rounds.append(rnd)
-        self._add_tokens(committed, provenance, index, _top2(logits, ([0] + verdict.path)[:len(committed)]))
+        self._add_tokens(committed, provenance, index, readout.top2_of(([0] + verdict.path)[:len(committed)]))
         return rnd
 
     def _search(self, search: dict | None) -> dict | None:
@@ -100,10 +99,10 @@ class TraceBuilder:
             self.trace.tokens.append(TokenRecord(token, text, source, index, best))
             self.trace.output_text += text
 
-    def _nodes(self, proposal: Proposal, verdict: Verdict, logits: torch.Tensor,
-               p: torch.Tensor | None) -> list[NodeRecord]:
+    def _nodes(self, proposal: Proposal, verdict: Verdict, shown: list[float] | None) -> list[NodeRecord]:
+        """shown[i - 1]: node i's token under its parent's target row (warped p; at temperature 0 the unwarped
+        softmax), read with the round's readout."""
         tree = proposal.tree
-        shown = raw_probs(logits) if p is None else p  # (N+1, V): at temperature 0 show the unwarped softmax
         checks = {c.node: c for c in verdict.checks}
         accepted = set(verdict.path)
         depth = depths(tree.parents)
@@ -112,7 +111,7 @@ class TraceBuilder:
             check = checks.get(i)
             status = "accepted" if i in accepted else "rejected" if check else "not_reached"
             nodes.append(NodeRecord(i, tree.parents[i], tree.tokens[i], self.decode([tree.tokens[i]]), depth[i],
-                                    tree.q_token[i], float(shown[tree.parents[i], tree.tokens[i]]),
+                                    tree.q_token[i], shown[i - 1],
                                     check.accept_prob if check else None, check.uniform if check else None, status))
         return nodes
 
@@ -129,10 +128,3 @@ class TraceBuilder:
         self.trace.totals = {**summarize(self.trace), "record_seconds": self.seconds}
         return self.trace
 
-
-def _top2(logits: torch.Tensor, rows: list[int]) -> list[list]:
-    """Per committed token, the two best [id, logit] of the target row that decided it (row i predicts after node
-    i: the root's row decides the first token, each accepted node's row the next). Cheap: top-2 of a few rows."""
-    values, ids = logits[rows].float().topk(2, dim=-1)  # (k, 2), (k, 2)
-    return [[[int(i), float(v)] for i, v in zip(row_ids, row_values)] for row_ids, row_values in
-            zip(ids.tolist(), values.tolist())]

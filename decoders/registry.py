@@ -92,14 +92,16 @@ class DrafterSpec:
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
     depth: Callable[[Options], int] | None = None  # TREE: the deepest a round's tree may grow (its static rule)
+    nodes: Callable[[Options], int] | None = None  # TREE: the most drafts a round sends (the verification's width)
     describe: Callable[[Options], str] | None = None  # TREE: its label after "speculative · ", shape included
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
 
     def __post_init__(self):
-        if self.family == Family.TREE and (self.depth is None or self.describe is None):
-            raise ValueError(f"tree drafter {self.name!r} needs depth= (how deep a round's tree may grow) and "
-                             "describe= (its label): no draft-length rule sets them for a tree")
+        if self.family == Family.TREE and None in (self.depth, self.nodes, self.describe):
+            raise ValueError(f"tree drafter {self.name!r} needs depth= and nodes= (how deep a round's tree may grow "
+                             "and how many drafts it may send) and describe= (its label): no draft-length rule sets "
+                             "them for a tree")
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -158,6 +160,10 @@ def _grown_by_draft_model(options: Options) -> bool:
 
 def _tree_steps(options: Options) -> int:
     return tree_shape(options).steps
+
+
+def _tree_nodes(options: Options) -> int:
+    return tree_shape(options).m
 
 
 def _grown_tree(options: Options) -> str:
@@ -229,18 +235,19 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
                 cost_prior=_self_cost("prophet"), batched="prophet"),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
-                cost_prior=_tree_step_prior, depth=_tree_steps, describe=_grown_tree),
+                cost_prior=_tree_step_prior, depth=_tree_steps, nodes=_tree_nodes, describe=_grown_tree),
     DrafterSpec("eagle2", Family.TREE, "EAGLE-2", _TREE_FIELDS + ("tree_k", "tree_depth", "tree_m"), _tree,
                 uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior, depth=_tree_steps,
-                describe=_grown_tree, help="a tree of drafts grown by confidence (EAGLE-2), verified in one forward"),
+                nodes=_tree_nodes, describe=_grown_tree,
+                help="a tree of drafts grown by confidence (EAGLE-2), verified in one forward"),
     DrafterSpec("ddd", Family.TREE, "DDD",
                 _TREE_FIELDS + ("tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width"), _tree,
                 uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior, depth=_tree_steps,
-                describe=_grown_tree,
+                nodes=_tree_nodes, describe=_grown_tree,
                 help="EAGLE-2 that stops growing when the tree's confidence falls (Dynamic Depth Decoding)"),
     DrafterSpec("suffix", Family.TREE, "suffix decoding",
                 ("suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"), _suffix, offers_q=False,
-                cost_prior=lambda ctx: 0.0, depth=lambda o: o.suffix_tokens,
+                cost_prior=lambda ctx: 0.0, depth=lambda o: o.suffix_tokens, nodes=lambda o: o.suffix_tokens,
                 describe=lambda o: f"suffix tree (≤{o.suffix_tokens} nodes, {o.suffix_factor:g}×match, "
                                    f"p ≥ {o.suffix_min_prob:g})",
                 help="copy the continuations that followed the text's tail in the prompt, the output and earlier "

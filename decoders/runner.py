@@ -2,6 +2,11 @@
 
 The cache is the only state; rollback is `drop_last` / `keep_path` (decoders/cache.py). Trees go through the stock
 transformers model with a 4-D float mask and explicit position ids: no forked model files, no hidden attributes.
+
+The cache is transformers' DynamicCache, or with a static KVPlan one preallocated buffer (decoders/buffers.py):
+"static" reads it as growing views (the same masks as the DynamicCache), "fixed" runs every forward of this runner
+over the whole buffer at a bucketed width (decoders/graphs.py), eagerly or, with plan.graphs on CUDA, as replayed
+CUDA graphs. The loop and the drafters call the same verbs whichever it is.
 """
 from __future__ import annotations
 
@@ -11,17 +16,39 @@ import torch
 from torch import nn
 
 from . import cache as kv
+from .buffers import KVPlan
+from .graphs import FixedForward, give_back, lease
 from .tree import DraftTree, attention_mask_4d, position_ids
+
+DYNAMIC = KVPlan()
 
 
 class CachedModel:
-    """model + DynamicCache. `forward` appends its tokens to the cache and returns their logits."""
+    """model + its KV cache. `forward` appends its tokens to the cache and returns their logits.
 
-    def __init__(self, model: nn.Module):
+    plan: how the run keeps KV (default: a DynamicCache); widest: the most tokens this model writes after the
+    committed ones in one go (a verified tree, a draft tree's frontiers), which a buffer must leave room for."""
+
+    def __init__(self, model: nn.Module, plan: KVPlan = DYNAMIC, widest: int = 0):
         self.model = model
         self.device = next(model.parameters()).device
-        self.cache = kv.new_cache(model)
+        self.plan = plan
+        self.capacity = plan.capacity(widest) if plan.static else None
         self.peak_bytes = 0  # the most KV memory this runner's cache has held after a forward, over its whole life
+        self.fixed: FixedForward | None = None
+        self._new_cache()
+
+    def _new_cache(self, graphs: bool | None = None) -> None:
+        """A fresh cache. With graphs, the model's kept buffers and graphs of this capacity (decoders/graphs.lease)."""
+        graphs = self.plan.graphs if graphs is None else graphs
+        window = kv.sliding_window(self.model)
+        if self.plan.fixed and graphs:
+            self.fixed = lease(self.model, self.capacity, self.plan.buckets, window)
+            self.cache = self.fixed.cache
+            return
+        self.cache = kv.new_cache(self.model, self.capacity)
+        if self.plan.fixed:
+            self.fixed = FixedForward(self.model, self.cache, self.plan.buckets, window=window)
 
     @property
     def length(self) -> int:
@@ -30,6 +57,10 @@ class CachedModel:
     @torch.inference_mode()
     def forward(self, tokens: list[int], last_only: bool = False) -> torch.Tensor:
         """Causal forward over `tokens` after the cache. Returns logits (n, V), or (1, V) if last_only."""
+        if self.fixed is not None:
+            logits, _ = self.fixed(tokens, list(range(-1, len(tokens) - 1)))  # (n, V): a chain
+            self._note_peak()
+            return logits[-1:] if last_only else logits
         start = self.length
         ids = torch.tensor([tokens], device=self.device)  # (1, n)
         positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # (1, n)
@@ -45,6 +76,10 @@ class CachedModel:
         hidden=True returns (logits, last hidden states (N+1, H)) from the same forward: an EAGLE head drafts from
         the target's features, and a second forward to get them would cost a whole target step.
         """
+        if self.fixed is not None:
+            logits, states = self.fixed(tree.tokens, tree.parents, hidden)  # (N+1, V), (N+1, H) | None
+            self._note_peak()
+            return (logits, states) if hidden else logits
         start = self.length
         ids = torch.tensor([tree.tokens], device=self.device)  # (1, N+1)
         if tree.is_chain():  # a chain needs no custom mask: the causal one is the ancestor relation
@@ -73,9 +108,30 @@ class CachedModel:
     def keep_path(self, block: int, keep: list[int]) -> None:
         kv.keep_path(self.cache, block, keep)
 
+    @contextmanager
+    def eager(self):
+        """Forwards inside run eagerly, never as a captured graph (layer skip swaps layers out: no graph holds that)."""
+        if self.fixed is None:
+            yield
+            return
+        with self.fixed.eager():
+            yield
+
+    def runtime(self) -> dict:
+        """How this runner kept its KV and ran its forwards, for the trace (Trace.runtime)."""
+        out = {"kv_cache": self.plan.kind, "capacity": self.capacity}
+        if self.fixed is not None:
+            out.update(self.fixed.summary())
+        return out
+
     def release(self) -> None:
-        """Free the cache tensors (called from `finally` when a run ends or is cancelled)."""
-        self.cache = kv.new_cache(self.model)
+        """Free the cache tensors (called from `finally` when a run ends or is cancelled). With graphs the buffers and
+        graphs go back to the model's kept ones for the next run, and this runner goes on eagerly, if used again."""
+        if self.fixed is not None and self.fixed.leased:
+            give_back(self.fixed)
+            self._new_cache(graphs=False)
+            return
+        self._new_cache()
 
 
 class _PassThrough(nn.Module):

@@ -21,6 +21,13 @@ Trace
   baseline_check  dict | None  decoders/compare.py: this run against the baseline's on the same prompt, when asked
                              for (API compare_baseline=True, CLI --compare-baseline, the Race): same, position,
                              kind ("rounding" | "mismatch" | "sampled" | "prefix"), the tokens and gaps, a line
+  runtime         dict | None  how the run executed (absent in older traces): machine (CPU or GPU, PyTorch), device,
+                             and per model ("target", "draft" when the drafter has a runner of its own): kv_cache
+                             ("dynamic" | "static" | "fixed", decoders/buffers.py), capacity (buffer slots per
+                             layer, None for dynamic), and for "fixed" the forwards that replayed a CUDA graph
+                             ("graph") or ran eagerly ("eager") and the padded widths used (decoders/graphs.py).
+                             Every other forward (an EAGLE head, early exit's layers, a prophet, a draft tree's
+                             frontiers) runs eagerly.
 
 Provenance of an output token: "accepted" (a draft token the target accepted), "resampled" (drawn from the
 residual norm(max(p - q, 0)) after a rejection), "bonus" (drawn from p after every draft on the path was
@@ -147,6 +154,7 @@ class Trace(JsonTrace):
     decode_seconds: float = 0.0
     totals: dict = field(default_factory=dict)
     baseline_check: dict | None = None
+    runtime: dict | None = None  # how the run executed (optional, absent in older traces), see the schema above
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

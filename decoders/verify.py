@@ -154,11 +154,13 @@ def verify_sampling(tree: DraftTree, p: torch.Tensor, generator: torch.Generator
         node = accepted_child
 
 
-def verify(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, generator: torch.Generator) -> Verdict:
+def verify(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, generator: torch.Generator,
+           argmax: list[int] | None = None) -> Verdict:
     """The one dispatch every method calls. logits: (N+1, V) raw target output; p: (N+1, V) the warped target, None
-    at temperature 0 (greedy verification needs only the argmax of the logits, which the one-hot warp keeps)."""
+    at temperature 0 (greedy verification needs only the argmax of the logits, which the one-hot warp keeps).
+    argmax: the rows' argmax when the caller already read it to the host (decoders/readout.py)."""
     if p is None:
-        return verify_greedy(tree, logits.argmax(-1).tolist())
+        return verify_greedy(tree, argmax if argmax is not None else logits.argmax(-1).tolist())
     return verify_sampling(tree, p, generator)
 
 

@@ -79,8 +79,8 @@ def test_a_verifier_that_accepts_a_wrong_draft_is_a_mismatch(tiny, drafts, monke
     """The negative control: accept the first draft whatever the target says."""
     real = loop.verify
 
-    def careless(tree, logits, p, generator):
-        verdict = real(tree, logits, p, generator)
+    def careless(tree, logits, p, generator, argmax=None):
+        verdict = real(tree, logits, p, generator, argmax)
         if tree.n_drafted and not verdict.path:
             return Verdict([1], int(logits[1].argmax()), verdict.source, verdict.checks)
         return verdict

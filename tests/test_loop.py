@@ -80,9 +80,9 @@ def test_every_round_goes_through_the_one_verify(tiny, drafts, monkeypatch, temp
 
     calls = []
 
-    def spy(tree, logits, p, generator):
+    def spy(tree, logits, p, generator, argmax=None):
         calls.append(p is None)
-        return core.verify(tree, logits, p, generator)
+        return core.verify(tree, logits, p, generator, argmax)
 
     monkeypatch.setattr(loop, "verify", spy)
     options = DecodeOptions(method="speculative", rule="static", gamma=3, max_new_tokens=20, temperature=temperature)

@@ -41,7 +41,7 @@ def test_without_a_stored_h100_curve_the_panel_says_so(tmp_path):
 
 
 def test_before_this_machine_is_measured_only_the_h100_is_drawn(monkeypatch):
-    monkeypatch.setattr(curves, "this_machine", lambda model, dtype: None)
+    monkeypatch.setattr(curves, "this_machine", lambda model, dtype, device="auto": None)
     views = runs.cost_views("smollm2-135m", "auto")
     assert len(views["race_costs"].data) == 1 and "not measured yet" in views["race_costs_note"]
 

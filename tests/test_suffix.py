@@ -233,5 +233,20 @@ def test_one_class_and_one_registry_line():
 
 
 def test_a_tree_drafter_must_say_its_depth_and_label():
-    with pytest.raises(ValueError, match="needs depth= .* and describe="):
+    with pytest.raises(ValueError, match="needs depth= and nodes= .* and describe="):
         registry.DrafterSpec("tree-without-depth", registry.Family.TREE, "x", (), lambda ctx: None)
+
+
+@pytest.mark.parametrize("kv_cache", ["static", "fixed"])
+def test_preallocated_kv_buffers_reserve_the_suffix_tree_s_width(tiny, kv_cache):
+    """A preallocated cache reserves the widest verification a tree drafter asks for (registry nodes=): suffix
+    decoding's is suffix_tokens, not EAGLE's M. Here 24 different tokens followed the tail "1 2" in the store, so
+    the first round sends 24 siblings with room for only 3 new tokens in the committed budget."""
+    store = SuffixStore(max_outputs=64)
+    for token in range(3, 40):
+        store.add([1, 2, token])
+    prompt = [5, 1, 2]
+    options = suffix(max_new_tokens=3, suffix_tokens=24, suffix_factor=12.0, suffix_min_prob=0.0, tree_m=4,
+                     kv_cache=kv_cache)
+    trace = generate(options, prompt, target=tiny, store=store)
+    assert trace.output_ids == baseline_ids(tiny, prompt, 3) and trace.rounds[0].n_drafted == 24

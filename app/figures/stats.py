@@ -16,6 +16,8 @@ from decoders.trace import Trace
 
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, stop_words
 
+from .runtime import runtime_html
+
 
 def totals(trace: Trace) -> dict:
     """trace.totals when the run finished, else a fresh summary of the rounds so far."""
@@ -87,7 +89,7 @@ def stats_html(trace: Trace) -> str:
         f'<div class="sl-verdict">{html.escape(verdict_line(trace))}</div>'
         f'<div class="sl-cards">{"".join(cards)}</div>'
         f'<div class="sl-precision" title="What the number format means for losslessness">'
-        f'Precision: {html.escape(trace.precision)}</div></div>'
+        f'Precision: {html.escape(trace.precision)}</div>{runtime_html(trace)}</div>'
     )
 
 
@@ -152,6 +154,6 @@ STATS_CSS = """
 .sl-label { font-size: 12px; opacity: 0.8; }
 .sl-q { display: inline-block; width: 13px; height: 13px; line-height: 13px; border-radius: 50%; font-size: 10px;
         text-align: center; border: 1px solid currentColor; opacity: 0.55; margin-left: 2px; }
-.sl-precision { margin-top: 8px; font-size: 12px; opacity: 0.85; cursor: help; }
+.sl-precision, .sl-runtime { margin-top: 8px; font-size: 12px; opacity: 0.85; cursor: help; }
 .sl-error { color: #b00020; font-weight: 600; }
 """

@@ -12,6 +12,7 @@ import torch
 
 from ..clock import DecodeClock
 from ..loop import _cut_at_eos
+from ..readout import read_round
 from ..recorder import TraceBuilder
 from ..rules import DraftRule
 from ..sampling import Warp
@@ -110,7 +111,8 @@ def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: 
     seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": t_book + t_realign}
     for row in live:  # 6. record each row's round in its own trace (the recorder's time lands in the next lap)
         proposal, verdict, committed, row_logits, row_p, rule_after, limit, stop = row.pending
-        row.builder.add_round(proposal, verdict, committed, row_logits, row_p, rule_after,
+        readout = read_round(proposal.tree, row_logits, row_p, row.builder.record)
+        row.builder.add_round(proposal, verdict, committed, readout, rule_after,
                               row.rule.name if row.rule else None, limit, dict(seconds))
         row.builder.trace.decode_seconds = clock.total()
         if stop:

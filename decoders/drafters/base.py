@@ -6,6 +6,7 @@ observe(n_before, n_accepted, path=, features=)
                                        path = the accepted node ids (which branch of a tree won), features = the
                                        target's last hidden states (N+1, H) when wants_target_hidden
 score(target, tree, hidden)            the verification forward (default: target.forward_tree)
+use_kv(plan)                           keep the drafter's own KV cache as the run's plan says (static buffers)
 close()                                free caches; called from the loop's `finally`, also on cancel
 """
 from __future__ import annotations
@@ -78,6 +79,15 @@ class Drafter:
     def kv_peak_bytes(self) -> int:
         """The most KV memory the drafter's own cache held (a draft model's, an EAGLE head's); 0 for none."""
         return 0
+
+    def use_kv(self, plan) -> None:
+        """Before the run: keep the drafter's own KV cache as `plan` (decoders/buffers.KVPlan) says. A drafter with
+        a cache of its own (a draft model, an EAGLE head) remakes it; the others have nothing to do."""
+
+    def runtime(self) -> dict:
+        """How the drafter's own forwards ran, for the trace (Trace.runtime): {"draft": runner.runtime()} for a
+        drafter with a runner of its own, {} otherwise."""
+        return {}
 
     def close(self) -> None:
         """Release caches."""

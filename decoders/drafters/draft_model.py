@@ -30,5 +30,11 @@ class DraftModelDrafter(Drafter):
     def kv_peak_bytes(self) -> int:
         return self.runner.peak_bytes
 
+    def use_kv(self, plan) -> None:
+        self.runner = CachedModel(self.runner.model, plan)  # its drafts stay within the run's budget: no extra room
+
+    def runtime(self) -> dict:
+        return {"draft": self.runner.runtime()}
+
     def close(self) -> None:
         self.runner.release()

@@ -14,7 +14,7 @@ import torch
 from .. import cache as kv
 from ..eagle.head import EagleHead
 from .base import Drafter, DraftStop, Proposal
-from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, tree_proposal
+from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, growth_width, tree_proposal
 from ..tree import DraftTree
 
 
@@ -26,6 +26,7 @@ class EagleTreeDrafter(Drafter):
         self.shape = shape
         self.name = name
         self.device = next(head.parameters()).device
+        self.capacity: int | None = None  # slots of a static buffer (use_kv); None: a DynamicCache
         self.cache = kv.new_cache(head)
         self.peak_bytes = 0
         self.known: list[torch.Tensor] = []  # real target features (d,) for positions fed .. fed + len - 1
@@ -102,6 +103,11 @@ class EagleTreeDrafter(Drafter):
     def kv_peak_bytes(self) -> int:
         return self.peak_bytes
 
+    def use_kv(self, plan) -> None:
+        """A static plan gives the head a buffer too, read as views (its forwards run by hand, eagerly)."""
+        self.capacity = plan.capacity(growth_width(self.shape)) if plan.static else None
+        self.cache = kv.new_cache(self.head, self.capacity)
+
     def close(self) -> None:
-        self.cache = kv.new_cache(self.head)
+        self.cache = kv.new_cache(self.head, self.capacity)
         self.known, self.root_hidden, self.root_logits = [], None, None

@@ -54,7 +54,7 @@ class LayerSkipDrafter(Drafter):
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         start = self.target.length  # the context; everything the draft appends beyond it is thrown away
         try:
-            with skipping_layers(self.target.model, self.skip):
+            with skipping_layers(self.target.model, self.skip), self.target.eager():  # no graph holds these layers
                 proposal = draft_chain(lambda tokens: self.target.forward(tokens, last_only=True)[-1], [ids[-1]],
                                        limit, rule, warp, generator, record)
         finally:

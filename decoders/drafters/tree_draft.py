@@ -295,8 +295,20 @@ class DynamicTreeDrafter(Drafter):
     def kv_peak_bytes(self) -> int:
         return self.runner.peak_bytes
 
+    def use_kv(self, plan) -> None:
+        self.runner = CachedModel(self.runner.model, plan, widest=growth_width(self.shape))
+
+    def runtime(self) -> dict:
+        return {"draft": self.runner.runtime()}
+
     def close(self) -> None:
         self.runner.release()
+
+
+def growth_width(shape: TreeShape) -> int:
+    """The most draft nodes one round's growth feeds the draft cache after the committed tokens: every frontier
+    (at most `beam` nodes per expansion step), or a static tree's nodes."""
+    return len(shape.paths) if shape.paths else shape.steps * shape.beam
 
 
 def search_record(method: str, growth: Growth, chosen: list[int]) -> dict:

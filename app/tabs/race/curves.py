@@ -14,12 +14,15 @@ from app.shared.paths import ROOT
 ELSEWHERE = ROOT / "bench" / "results" / "quick-gpu-h100.json"  # `python -m bench --quick` on an H100 (its meta says)
 
 
-def this_machine(model: str, dtype: str = "float32") -> dict | None:
-    """{"label", "ns", "t", "measured_at"} from the cost cache for this model (None if never measured here)."""
+def this_machine(model: str, dtype: str = "float32", device: str = "auto") -> dict | None:
+    """{"label", "ns", "t", "measured_at"} from the cost cache for this model on `device` (the race's: a GPU's curve
+    when the race ran on one; "auto" is where this process would run it), None if never measured there."""
     try:
         from decoders.costs import cached
+        from decoders.models import resolve_device
 
-        curve = cached(model, "float32" if dtype in ("auto", "", None) else dtype)  # auto is float32 on every CPU
+        where = str(resolve_device(device).type)  # the cache keys GPU curves by the GPU's name, CPUs by theirs
+        curve = cached(model, "float32" if dtype in ("auto", "", None) else dtype, device=where)  # auto: float32
     except Exception:  # no cache, or the cost module cannot load: nothing measured to show
         curve = None
     if curve is None:

@@ -177,14 +177,20 @@ def _raced(runs: list[DecodeOptions], prompt: str) -> Iterator[dict]:
             f"{TIMED_RUNS} timed runs)…"
         yield {"race_status": status, "race_table": race_table_html(rows), "race_speed": speed_figure(rows),
                "race_curve": leviathan_figure(rows), "race_verdicts": verdicts_markdown(rows),
-               "race_error": _mismatch_error(rows), **(cost_views(runs[0].model, runs[0].dtype) if done else {})}
+               "race_error": _mismatch_error(rows),
+               **(cost_views(runs[0].model, runs[0].dtype, _device(traces[0])) if done else {})}
 
 
-def cost_views(model: str, dtype: str) -> dict:
-    """The t(n) panel for the raced target: this machine's curve (a cost-aware run has just measured it, if it never
-    was) beside the H100's from bench/results."""
-    here, elsewhere = curves.this_machine(model, dtype), curves.measured_elsewhere()
+def cost_views(model: str, dtype: str, device: str = "auto") -> dict:
+    """The t(n) panel for the raced target: the curve of the device the race ran on (a cost-aware run has just
+    measured it, if it never was) beside a GPU's from bench/results."""
+    here, elsewhere = curves.this_machine(model, dtype, device), curves.measured_elsewhere()
     return {"race_costs": cost_curves_figure(here, elsewhere), "race_costs_note": cost_curves_note(here, elsewhere)}
+
+
+def _device(trace) -> str:
+    """The device the race's target ran on, as its trace recorded it."""
+    return ((getattr(trace, "models", None) or {}).get("target") or {}).get("device", "auto")
 
 
 def _mismatch_error(rows: list[dict]) -> str:

@@ -1,0 +1,232 @@
+"""Static KV buffers: one preallocated cache per model per run, written at fixed slots (gpt-fast's KV cache).
+
+Why: transformers' DynamicCache appends by concatenation, so every forward copies each layer's whole cache into a
+new tensor, and no two steps have the same shapes or addresses. A buffer sized once from the run's budget keeps
+both: rollback and tree compaction become index moves inside it, and on a GPU a step whose tensors never move can
+be captured as a CUDA graph and replayed (decoders/graphs.py).
+
+The invariant every verb keeps: in each layer the valid slots are a prefix 0..length-1, and slot j holds position j
+of the committed sequence. A forward writes its tokens at slots length.. onwards. Then
+- rollback (drop_last) is `length -= n`: the stale entries stay where they are, no mask lets a query see them, and
+  the next write overwrites them;
+- a verified tree path (keep_path) gathers the kept nodes' slots to the front of the block (one index_copy per
+  layer and tensor) and sets length to the block's start + the kept count.
+Layers keep their own lengths: early exit's stem layers hold a round's drafts before the upper layers do, and layer
+skip writes only the layers it runs.
+
+A layer is read in one of two ways (what `update` returns to attention):
+- view: the valid prefix keys[:, :, :length] after the write. Shapes grow with the sequence, so any mask built for a
+  DynamicCache (past + n keys) fits: the drafters that run layers by hand (early exit's stem, a draft tree's
+  frontier, the EAGLE head) use this, and so does every forward of kv_cache="static".
+- fixed: the whole buffer, `capacity` keys, with the forward's own 4-D mask hiding every slot that is not valid.
+  Every forward of a given width then has one shape and one set of addresses, which is what a captured CUDA graph
+  replays (kv_cache="fixed"; decoders/graphs.py builds its inputs). The runner turns it on for its own forwards
+  (`BufferCache.fixed_write`).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
+
+from .errors import OptionsError
+
+KV_CACHES = ("auto", "dynamic", "static", "fixed")
+# Widths a fixed-shape forward is padded to (decoders/graphs.py captures one graph per width): a one-token step,
+# then powers of two up to EAGLE-2's paper tree (M 59 + the root = 60 -> 64). Wider forwards (a prefill, a 100-node
+# tree) run at their own width, eagerly.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class BufferFull(RuntimeError):
+    """A forward would write past the buffer's last slot: the run's budget was computed wrong (a bug)."""
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    """How one run keeps its KV caches: which kind, and for buffers how many committed tokens they must hold.
+
+    kind: "dynamic" (transformers' DynamicCache), "static" (buffers read as views) or "fixed" (buffers read whole, at
+    bucketed widths). committed: prompt + max_new_tokens, the most tokens a run ever keeps; each model adds the widest
+    block it writes on top (`capacity`). graphs: replay captured CUDA graphs for the fixed-shape forwards."""
+
+    kind: str = "dynamic"
+    committed: int = 0
+    graphs: bool = False
+    buckets: tuple[int, ...] = BUCKETS
+
+    @property
+    def static(self) -> bool:
+        return self.kind in ("static", "fixed")
+
+    @property
+    def fixed(self) -> bool:
+        return self.kind == "fixed"
+
+    def capacity(self, widest: int) -> int:
+        """Slots per layer for a model whose widest write after the committed tokens is `widest` tokens (a tree,
+        a draft tree's frontiers), plus the padding of a fixed-shape forward to its bucket. With graphs, rounded up
+        to a power of two (at least 256): runs of similar length then share one kept buffer and its graphs."""
+        padding = max(self.buckets, default=0) if self.fixed else 0
+        slots = self.committed + max(widest, 0) + padding
+        return max(256, 1 << (slots - 1).bit_length()) if self.graphs else slots
+
+
+def resolve(kind: str, device: torch.device, graphs: bool = False) -> str:
+    """The kv_cache option for this run: "auto" is the DynamicCache, the path every measured figure so far ran on,
+    unless cuda_graphs asks for fixed shapes. Static buffers become auto's choice only where a measurement shows them
+    not slower: on a CPU bench.gpu_cpu_trees races the three kinds, on a GPU `python -m bench.gpu` (its baseline
+    arms: DynamicCache, fixed eager, graphs) has yet to run. `device` is where the run decodes (kept for that
+    choice)."""
+    if kind != "auto":
+        return kind
+    return "fixed" if graphs else "dynamic"
+
+
+def check_graphs(graphs: bool, device: torch.device) -> None:
+    """CUDA graphs replay on a GPU only (DecodeOptions.validate already refused them with a growing cache)."""
+    if graphs and device.type != "cuda":
+        raise OptionsError(f"cuda_graphs replays captured CUDA graphs, but this run is on {device.type}; set "
+                           "cuda_graphs=False, or load the model on a GPU (device='cuda')")
+
+
+class _WriteIndex:
+    """Where a fixed-shape forward writes: set by the runner for one forward, read by every layer (one object, shared
+    by the cache's layers)."""
+
+    def __init__(self):
+        self.slots: torch.Tensor | None = None  # (w,) on the model's device; None: layers write as views
+        self.real = 0  # of the w slots, how many hold real tokens (the rest is bucket padding)
+
+
+class BufferLayer(CacheLayerMixin):
+    """One layer's keys and values as (1, kv_heads, capacity, head_dim) buffers plus its valid length."""
+
+    is_croppable = True
+
+    def __init__(self, capacity: int, index: _WriteIndex, sliding: bool = False):
+        super().__init__()
+        self.capacity = capacity
+        self.index = index
+        self.is_sliding = sliding  # transformers sizes each mask kind from its first layer; all keep full history
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate both buffers on the first write, shaped after it (heads, head size, dtype and device)."""
+        batch, heads, _, key_dim = key_states.shape
+        self.keys = key_states.new_zeros(batch, heads, self.capacity, key_dim)  # (1, H, S, D)
+        self.values = value_states.new_zeros(batch, heads, self.capacity, value_states.shape[-1])  # (1, H, S, D)
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write the forward's n keys/values after the valid prefix; return what attention reads (see the module)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.length + n > self.capacity:
+            raise BufferFull(f"a forward of {n} tokens after {self.length} would pass the KV buffer's {self.capacity} "
+                             "slots (the run's budget was computed wrong; kv_cache='dynamic' avoids it)")
+        slots = self.index.slots
+        if slots is not None:  # fixed: write at the runner's slots, attend over the whole buffer
+            self.keys.index_copy_(2, slots, key_states)
+            self.values.index_copy_(2, slots, value_states)
+            self.length += self.index.real
+            return self.keys, self.values
+        end = self.length + n
+        self.keys[:, :, self.length:end] = key_states
+        self.values[:, :, self.length:end] = value_states
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        if self.index.slots is not None:
+            return self.capacity, 0
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """DynamicLayer's crop(-n): forget the newest n entries (the slots stay, unseen, until overwritten)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count of entries to remove, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def keep(self, block: int, keep: torch.Tensor) -> None:
+        """The last `block` valid slots hold tree nodes 0..block-1: move nodes `keep` (ascending) to the block's
+        front in that order and forget the rest. keep: (k,) on the buffer's device."""
+        start = self.length - block
+        if start < 0:
+            raise ValueError(f"keep_path over {block} nodes, but this layer holds only {self.length} entries")
+        if self.is_initialized:
+            source = keep + start  # (k,) slots of the kept nodes
+            target = torch.arange(start, start + keep.numel(), device=keep.device)  # (k,) the block's front
+            for tensor in (self.keys, self.values):
+                tensor.index_copy_(2, target, tensor.index_select(2, source))  # gather first: slots may overlap
+        self.length = start + keep.numel()
+
+    def held_bytes(self) -> int:
+        if not self.is_initialized:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+
+class BufferCache(Cache):
+    """A transformers Cache of BufferLayers, one per decoder layer (the model's layer types from its config)."""
+
+    def __init__(self, config, capacity: int):
+        types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+        unsupported = sorted({t for t in types if t not in ("full_attention", "sliding_attention")})
+        if unsupported:
+            raise OptionsError(f"static KV buffers hold attention layers only; this model has {', '.join(unsupported)}"
+                               " layers: use kv_cache='dynamic'")
+        self.index = _WriteIndex()
+        self.capacity = capacity
+        super().__init__(layers=[BufferLayer(capacity, self.index, t == "sliding_attention") for t in types])
+
+    @contextmanager
+    def fixed_write(self, slots: torch.Tensor, real: int):
+        """For one forward: every layer writes its w entries at `slots` (w,), counts `real` of them as valid, and
+        returns its whole buffer (the caller's mask covers it)."""
+        self.index.slots, self.index.real = slots, real
+        try:
+            yield
+        finally:
+            self.index.slots, self.index.real = None, 0
+
+    def advance(self, n: int) -> None:
+        """Count n more valid entries in every layer (after a graph replay, whose writes ran no Python)."""
+        for layer in self.layers:
+            layer.length += n
+
+    def lengths(self) -> list[int]:
+        return [layer.length for layer in self.layers]
+
+    def set_lengths(self, lengths: list[int]) -> None:
+        for layer, length in zip(self.layers, lengths):
+            layer.length = length
+
+    @torch.inference_mode()  # the buffers were made under inference mode; in-place writes must be too
+    def keep_path(self, block: int, keep: list[int]) -> None:
+        """decoders.cache.keep_path for buffers: a chain prefix is a length move, a tree path one gather per layer."""
+        if keep == list(range(len(keep))):
+            for layer in self.layers:
+                layer.crop(-(block - len(keep)))
+            return
+        device = next((layer.keys.device for layer in self.layers if layer.is_initialized), "cpu")
+        index = torch.tensor(keep, device=device)  # (k,)
+        for layer in self.layers:
+            layer.keep(block, index)
+
+    def held_bytes(self) -> int:
+        """The buffers' whole allocation: what the run holds, whatever part of it is valid."""
+        return sum(layer.held_bytes() for layer in self.layers)

@@ -1,0 +1,224 @@
+"""Fixed-shape forwards over static KV buffers (decoders/buffers.py), run eagerly or replayed as CUDA graphs.
+
+A forward of n tokens (a chain, or a draft tree by its parent array) after `start` valid slots:
+  width        the smallest bucket >= n (buffers.BUCKETS); n past the widest bucket runs at its own width, eagerly
+  ids (w,)     the tokens; padding rows carry token 0
+  positions    start + depth of each node; a padding row sits at `start`
+  ancestors    (w, w): row i may see block column k iff node k is on the path root -> i; a padding row sees only
+               itself, and no real row sees a padding column
+  slots (w,)   start .. start + w - 1, where every layer writes; padding lands past the valid prefix, unseen, and
+               is overwritten by the next forward (the capacity leaves room for it: KVPlan.capacity)
+  mask         (1, 1, w, S) additive over the whole buffer: slot j is visible to row i iff j < start (committed),
+               or j = start + k with ancestors[i, k]. Sliding-window layers (Gemma 3) get that mask limited to keys
+               within the window of the query's position.
+The host packs (ids, positions, start, ancestors) into one int64 tensor; everything else is computed from it on the
+model's device by `fixed_inputs`. So one captured graph per (width, hidden states or not) replays any round: a
+replay is one host-to-device copy, the graph, and the caller's read of the outputs.
+
+Why our own graphs and not torch.compile(mode="reduce-overhead") over transformers' StaticCache: on torch 2.11 with
+transformers 5.23 that fails at the second call ("accessing tensor output of CUDAGraphs that has been overwritten",
+from StaticLayer's cumulative_length.add_), and its cache has no rollback or tree compaction anyway. Capturing
+torch.cuda.CUDAGraph around the stock model forward keeps the model unchanged, keeps the buffers' index moves in
+Python between replays, and is the part a GPU session can check against eager token for token (tests/test_graphs.py).
+
+A capture costs about three forwards (two warm-ups and the capture), more than a short run's whole decode on a fast
+GPU, so with graphs on a model's buffers and graphs outlive the run: `lease` hands a run the model's kept
+FixedForward of its capacity (free, i.e. not used by another runner right now, such as a draft model that is the
+target itself) and `give_back` returns it, lengths reset. They are kept per model object, weakly: unloading the
+model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length share them.
+"""
+from __future__ import annotations
+
+import weakref
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .buffers import BufferCache, BufferFull
+from .tree import ancestor_mask, depths
+
+
+def bucket(n: int, buckets: tuple[int, ...]) -> int:
+    """The width a forward of n tokens runs at: the smallest bucket that holds it, or n itself past the widest."""
+    return next((b for b in sorted(buckets) if b >= n), n)
+
+
+def pack_inputs(tokens: list[int], parents: list[int], start: int, width: int) -> torch.Tensor:
+    """The host side of one fixed-shape forward: [ids (w) | positions (w) | start | ancestors (w*w)] as int64, on
+    the CPU. Rows n..w-1 are padding (see the module docstring)."""
+    n = len(tokens)
+    packed = torch.zeros(2 * width + 1 + width * width, dtype=torch.long, device="cpu")  # (2w + 1 + w*w,)
+    packed[:n] = torch.tensor(tokens, device="cpu")
+    packed[width:width + n] = torch.tensor(depths(parents), device="cpu") + start
+    packed[width + n:2 * width] = start  # padding rows: any position; nothing real attends to them
+    packed[2 * width] = start
+    ancestors = torch.eye(width, dtype=torch.long, device="cpu")  # (w, w): a padding row sees itself only
+    ancestors[:n, :n] = ancestor_mask(parents).long()
+    packed[2 * width + 1:] = ancestors.flatten()
+    return packed
+
+
+def fixed_inputs(packed: torch.Tensor, width: int, capacity: int, dtype: torch.dtype, window: int | None = None):
+    """Unpack on the model's device: ids (1, w), positions (1, w), slots (w,), and the additive mask over the whole
+    buffer (1, 1, w, S), or for a model with sliding-window layers {"full_attention": ..., "sliding_attention": ...}.
+    Only tensor ops, no host reads: the same code runs eagerly and inside a captured graph."""
+    ids = packed[:width][None]  # (1, w)
+    positions = packed[width:2 * width][None]  # (1, w)
+    start = packed[2 * width]  # () valid slots before this forward
+    ancestors = packed[2 * width + 1:].view(width, width).bool()  # (w, w)
+    slots = start + torch.arange(width, device=packed.device)  # (w,)
+    relative = torch.arange(capacity, device=packed.device) - start  # (S,) slot index within the block
+    inside = (relative >= 0) & (relative < width)  # (S,) the block's own slots
+    column = relative.clamp(0, width - 1)  # (S,)
+    allowed = (relative < 0)[None, :] | (inside[None, :] & ancestors[:, column])  # (w, S)
+    mask = _additive(allowed, dtype)  # (1, 1, w, S)
+    if window is None:
+        return ids, positions, slots, mask
+    key_positions = torch.where(relative < 0, relative + start, positions[0, column])  # (S,) slot -> position
+    near = positions[0][:, None] - key_positions[None, :] < window  # (w, S) Gemma's rule: p - k < window
+    return ids, positions, slots, {"full_attention": mask, "sliding_attention": _additive(allowed & near, dtype)}
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(w, S) bool -> (1, 1, w, S): 0 where allowed, the dtype's minimum elsewhere (eager attention adds it)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min)[None, None]
+
+
+class _Captured:
+    """One captured forward at one width: its static input (the packed tensor, and a pinned host copy to send it
+    from) and its static outputs."""
+
+    def __init__(self, graph, packed: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor | None):
+        self.graph, self.packed, self.logits, self.hidden = graph, packed, logits, hidden
+        self.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
+
+
+class FixedForward:
+    """A model's forwards over its BufferCache at bucketed widths: eager, or with graphs=True (CUDA only) captured
+    once per (width, hidden) and replayed. Counts which ran how, for the trace (`summary`)."""
+
+    def __init__(self, model: nn.Module, cache: BufferCache, buckets: tuple[int, ...], graphs: bool = False,
+                 window: int | None = None):
+        self.model, self.cache, self.buckets, self.window = model, cache, tuple(buckets), window
+        self.graphs = graphs
+        self.leased = False  # held by a runner (graphs only: see lease)
+        self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
+        self.captured: dict[tuple[int, bool], _Captured] = {}
+        self.uses: dict[tuple[int, bool], int] = {}  # forwards run per (width, hidden): a graph from the second on
+        self.pool = None  # one memory pool shared by every graph of this model
+        self.counts = {"graph": 0, "eager": 0}
+        self.widths: set[int] = set()
+
+    @torch.inference_mode()
+    def __call__(self, tokens: list[int], parents: list[int], hidden: bool = False):
+        """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more."""
+        n = len(tokens)
+        width = bucket(n, self.buckets)
+        start = self.cache.layers[0].length
+        if start + width > self.cache.capacity:
+            raise BufferFull(f"a forward of {n} tokens (padded to {width}) after {start} would pass the KV buffer's "
+                             f"{self.cache.capacity} slots (the run's budget was computed wrong; kv_cache='dynamic' "
+                             "avoids it)")
+        packed = pack_inputs(tokens, parents, start, width)
+        self.widths.add(width)
+        key = (width, hidden)
+        self.uses[key] = self.uses.get(key, 0) + 1
+        if self._replayable(width) and self.uses[key] > 1:  # a width used once (the prefill) is not worth a capture
+            logits, states = self._replay(packed, width, n, hidden)
+            self.counts["graph"] += 1
+        else:
+            logits, states = self._eager(packed.to(self._device()), width, n, hidden)
+            self.counts["eager"] += 1
+        return logits[:n], (states[:n] if hidden else None)
+
+    @contextmanager
+    def eager(self):
+        """Run eagerly inside (the layers are swapped, so no captured graph stands for this forward)."""
+        paused, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = paused
+
+    def summary(self) -> dict:
+        return {**self.counts, "widths": sorted(self.widths),
+                "captured": sorted({width for width, _ in self.captured})}
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _replayable(self, width: int) -> bool:
+        return (self.graphs and not self.paused and width in self.buckets
+                and all(layer.is_initialized for layer in self.cache.layers))
+
+    def _eager(self, packed: torch.Tensor, width: int, n: int, hidden: bool):
+        """One forward on device inputs; each layer writes its w slots and counts n of them. -> (w, V), (w, H)|None"""
+        ids, positions, slots, mask = fixed_inputs(packed, width, self.cache.capacity, self.model.dtype, self.window)
+        with self.cache.fixed_write(slots, n):
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                             use_cache=True, output_hidden_states=hidden)
+        return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
+
+    def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool):
+        captured = self.captured.get((width, hidden))
+        if captured is None:
+            captured = self.captured[(width, hidden)] = self._capture(packed, width, hidden)
+        captured.host.copy_(packed)  # the host staging buffer is free again: the caller read the last round's outputs
+        captured.packed.copy_(captured.host, non_blocking=True)  # the one host-to-device copy of a replay
+        captured.graph.replay()
+        self.cache.advance(n)  # the captured writes ran no Python: count the valid entries here
+        # Clones: the next replay of this width overwrites the static outputs, and callers keep rows (features).
+        return captured.logits.clone(), (captured.hidden.clone() if hidden else None)
+
+    def _capture(self, packed: torch.Tensor, width: int, hidden: bool) -> _Captured:
+        """Capture this forward; the cache's lengths are put back afterwards, so the first replay is the round's real
+        forward (the warm-ups wrote the same values at the same slots)."""
+        static = packed.to(self._device())
+        lengths = self.cache.lengths()
+        graph, (logits, states), self.pool = capture(lambda: self._eager(static, width, 0, hidden), self.pool)
+        self.cache.set_lengths(lengths)
+        return _Captured(graph, static, logits, states)
+
+
+def capture(forward, pool=None):
+    """torch.cuda.CUDAGraph of `forward()` (which must read and write only tensors that outlive the graph): warm-ups
+    on a side stream first, as CUDA requires; `pool` is the memory pool to share (None: a new one). -> (graph, the
+    outputs the captured forward returned, which every replay overwrites, the pool)"""
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = forward()
+    return graph, outputs, pool
+
+# model -> its FixedForwards with graphs, kept between runs (see the module docstring); one process-wide table, like
+# the loaded models themselves (decoders/README.md, "Process-wide state")
+_KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.WeakKeyDictionary()
+
+
+def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
+    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
+    kept = _KEPT.setdefault(model, [])
+    for forward in kept:
+        if not forward.leased and forward.cache.capacity == capacity and forward.buckets == tuple(buckets):
+            break
+    else:
+        forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)
+        kept.append(forward)
+    forward.leased = True
+    forward.counts, forward.widths = {"graph": 0, "eager": 0}, set()  # this run's own figures
+    forward.cache.reset()
+    return forward
+
+
+def give_back(forward: FixedForward) -> None:
+    """A run ended: its buffers' contents are void (lengths 0); buffers and graphs wait for the next run."""
+    forward.cache.reset()
+    forward.leased = False

@@ -1,0 +1,61 @@
+"""What a round reads from the target's logits, in one device-to-host copy.
+
+On a GPU every .tolist() or float() of a device tensor waits for the device and copies a few bytes; greedy
+verification and the recorder used to make several such reads per round (the argmax, the committed rows' top-2, one
+probability per drafted node). Here they are computed on the device and copied to the host together, once per
+round, after the verification forward (a replayed CUDA graph's outputs, decoders/graphs.py, or an eager forward's):
+  argmax  (N+1,)    the target's choice after every node (greedy verification walks it, decoders/verify.py)
+  top2    (N+1, 2)  the two best [id, logit] of every row (the trace's TokenRecord.top2, decoders/compare.py)
+  shown   (N,)      with recording on: the target probability of each drafted node's token after its parent (the
+                    trace's NodeRecord.p: the warped p, or at temperature 0 the unwarped softmax)
+The argmax is topk's first entry, so finding it costs the same one pass over the logits the argmax alone did; an
+exact tie between a row's two best logits goes to topk's order, in the baseline and every method alike.
+Sampled verification still reads its own draws as it walks the tree (decoders/verify.py). The copy happens inside the
+round's verification time (it is what verification waits for); with recording on, that includes the node
+probabilities' one pass over the rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tree import DraftTree
+
+
+@dataclass
+class RoundReadout:
+    argmax: list[int]  # (N+1,) target argmax per row
+    top2: list[list]  # (N+1) rows of [[id, logit], [id, logit]]
+    shown: list[float] | None  # (N,) node i's token under row parent(i), for nodes 1..N; None with recording off
+
+    def top2_of(self, rows: list[int]) -> list[list]:
+        return [self.top2[row] for row in rows]
+
+
+@torch.inference_mode()
+def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, record: bool) -> RoundReadout:
+    """logits (N+1, V) raw target output; p (N+1, V) warped, None at temperature 0. One host copy."""
+    rows = logits.shape[0]
+    values, ids = logits.float().topk(2, dim=-1)  # (N+1, 2), (N+1, 2)
+    parts = [ids.double().flatten(), values.double().flatten()]  # token ids are exact in float64
+    nodes = tree.size - 1
+    if record and nodes:
+        parents = torch.tensor(tree.parents[1:], device=logits.device)  # (N,)
+        tokens = torch.tensor(tree.tokens[1:], device=logits.device)  # (N,)
+        parts.append(_shown(logits, p, parents, tokens).double())  # (N,)
+    host = torch.cat(parts).cpu().tolist()  # the one device-to-host copy
+    best = [int(i) for i in host[:2 * rows]]
+    scores = host[2 * rows:4 * rows]
+    top2 = [[[best[2 * r], scores[2 * r]], [best[2 * r + 1], scores[2 * r + 1]]] for r in range(rows)]
+    shown_p = host[4 * rows:] if record and nodes else None
+    return RoundReadout([best[2 * r] for r in range(rows)], top2, shown_p)
+
+
+def _shown(logits: torch.Tensor, p: torch.Tensor | None, parents: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each node's token under its parent's row: from the warped p, or at temperature 0 the unwarped softmax's
+    entries, computed as exp(logit - logsumexp) from one pass over the rows, not a whole (N+1, V) softmax. (N,)"""
+    if p is not None:
+        return p[parents, tokens]
+    scores = logits.float()  # (N+1, V)
+    return torch.exp(scores[parents, tokens] - torch.logsumexp(scores, dim=-1)[parents])
