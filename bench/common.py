@@ -28,6 +28,7 @@ class Prompt:
     kind: str
     text: str
     ids: list[int] = field(default_factory=list)
+    store: object | None = None  # earlier outputs suffix decoding may draft from (decoders SuffixStore; bench/suffix.py)
 
 
 def load_prompts(per_kind: int, kinds=None, split: str = "prompts") -> list[Prompt]:

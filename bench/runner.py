@@ -92,7 +92,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
                             record=method.record, temperature=method.temperature, seed=seed, **method.options)
     start = time.perf_counter()
     trace = None
-    for trace in stream(options, prompt.ids, target=target, draft=draft):
+    for trace in stream(options, prompt.ids, target=target, draft=draft, store=prompt.store):
         pass
     end = time.perf_counter()
     totals = trace.totals

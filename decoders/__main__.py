@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lam", type=float, default=None, help="initial λ (AdaEDL 0.5, max-confidence 0.4)")
     run.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layer indices, e.g. 9,11,13")
     run.add_argument("--ngram", type=int, default=defaults.ngram, help="prompt lookup: longest n-gram")
+    run.add_argument("--ngram-min", type=int, default=defaults.ngram_min, help="prompt lookup: shortest n-gram")
+    run.add_argument("--suffix-depth", type=int, default=defaults.suffix_depth,
+                     help="suffix: the suffix tree's depth (longest matched tail + what follows)")
+    run.add_argument("--suffix-tokens", type=int, default=defaults.suffix_tokens, help="suffix: most drafts per round")
+    run.add_argument("--suffix-factor", type=float, default=defaults.suffix_factor,
+                     help="suffix: a matched tail of L tokens earns at most floor(factor x L) drafts")
+    run.add_argument("--suffix-min-prob", type=float, default=defaults.suffix_min_prob,
+                     help="suffix: draft a continuation only if its count-estimated probability is at least this")
     run.add_argument("--width", type=int, default=defaults.width, help="beam methods: beams (DSBD: W)")
     run.add_argument("--min-width", type=int, default=defaults.min_width, help="DSBD: narrowest layer")
     run.add_argument("--thres", type=float, default=defaults.thres, help="DSBD: width confidence")
@@ -90,14 +98,15 @@ def options_from(args: argparse.Namespace) -> DecodeOptions:
     skip = _integers("--skip-layers", args.skip_layers) if args.skip_layers else None
     tree = dict(tree_k=args.tree_k, tree_depth=args.tree_depth, tree_m=args.tree_m, ddd_x=args.ddd_x,
                 ddd_steps=args.ddd_steps, ddd_width=args.ddd_width, eagle_head=args.eagle_head,
-                self_weights=args.self_weights,
+                self_weights=args.self_weights, suffix_depth=args.suffix_depth, suffix_tokens=args.suffix_tokens,
+                suffix_factor=args.suffix_factor, suffix_min_prob=args.suffix_min_prob,
                 ddd_checks=_integers("--ddd-checks", args.ddd_checks),
                 tree_paths=tuple(_integers("--tree-paths", p) for p in args.tree_paths.split(";") if p.strip())
                 if args.tree_paths else None)
     return DecodeOptions(model=args.model, method=args.method, drafter=args.drafter, draft_model=args.draft_model,
                          rule=args.rule, gamma=args.gamma, max_draft=args.max_draft, lam=args.lam, skip_layers=skip,
                          controller=args.controller, draft_quant=args.draft_quant,
-                         ngram=args.ngram, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                         ngram=args.ngram, ngram_min=args.ngram_min, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.seed, record=not args.no_record,
                          dtype=args.dtype, device=args.device, kv_cache=args.kv_cache,
                          cuda_graphs=args.cuda_graphs, chat=not args.no_chat, width=args.width,

@@ -21,6 +21,7 @@ from .batch.ragged import RaggedRunner
 from .batch.trace import BatchTrace
 from .beams import run as beam_run
 from .compare import compare
+from .drafters.suffix import SuffixStore
 from . import registry
 from .loop import run_rounds
 from .options import DecodeOptions, OptionsError
@@ -48,8 +49,9 @@ class LanguageModel(Protocol):
 
 
 def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
-           draft: LanguageModel | None = None) -> Iterator[Trace]:
-    """Validate, load what is missing, and decode round by round."""
+           draft: LanguageModel | None = None, store: SuffixStore | None = None) -> Iterator[Trace]:
+    """Validate, load what is missing, and decode round by round. store: earlier outputs suffix decoding may draft
+    from (decoders/drafters/suffix.py; one per visitor and target model); the run reads it and never adds to it."""
     options.validate()
     if draft is None:
         check_draft_before_loading(options, target)  # seconds, where loading the weights first took a minute
@@ -68,7 +70,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
             return
         plan = kv_plan(options, target.model, len(prompt_ids))
         runner = CachedModel(target.model, plan, widest=_widest_verification(options))
-        context = BuildContext(options, runner, target, draft)
+        context = BuildContext(options, runner, target, draft, store)
         drafter = registry.build_drafter(context)
         drafter.use_kv(plan)
         costs = registry.run_costs(context, len(prompt_ids))
@@ -94,11 +96,12 @@ def kv_plan(options: DecodeOptions, model: torch.nn.Module, prompt_tokens: int) 
 def _widest_verification(options: DecodeOptions) -> int:
     """The most tokens one verification writes after the committed ones: a tree's M nodes and its root. A chain's
     drafts never pass max_new_tokens (the loop caps them), so its block fits the committed budget."""
-    return registry.tree_shape(options).m + 1 if registry.is_tree(options) else 0
+    return registry.drafter(options.drafter).nodes(options) + 1 if registry.is_tree(options) else 0
 
 
 def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageModel | None = None,
-             draft: LanguageModel | None = None, compare_baseline: bool = False) -> Trace:
+             draft: LanguageModel | None = None, compare_baseline: bool = False,
+             store: SuffixStore | None = None) -> Trace:
     """Blocking call: drain `stream` and return the finished trace. compare_baseline=True also decodes the baseline
     on the same prompt, model and dtype and puts decoders/compare.py's verdict in trace.baseline_check (where the
     outputs differ, the first differing position is re-scored in float64 on the target)."""
@@ -106,7 +109,7 @@ def generate(options: DecodeOptions, prompt: str | list[int], target: LanguageMo
         raise OptionsError(f"{options.method} searches for another output than greedy decoding by design, so it has "
                            "no token-for-token baseline check; compare_baseline applies to chain and tree methods")
     trace = None
-    for trace in stream(options, prompt, target, draft):
+    for trace in stream(options, prompt, target, draft, store):
         pass
     if trace is None:  # unreachable: every run has at least one round
         raise RuntimeError("the decoder produced no round")

@@ -15,7 +15,7 @@ from .registry import Family
 METHODS = registry.names(registry.METHODS, Family.CHAIN)  # one sequence (decoders/loop.py)
 BEAM_METHODS = registry.names(registry.METHODS, Family.BEAM)  # several beams (decoders/beams/)
 DRAFTERS = registry.names(registry.DRAFTERS, Family.CHAIN)  # chain drafters
-TREE_DRAFTERS = registry.names(registry.DRAFTERS, Family.TREE)  # EAGLE-1's static tree, EAGLE-2, DDD
+TREE_DRAFTERS = registry.names(registry.DRAFTERS, Family.TREE)  # EAGLE-1's static tree, EAGLE-2, DDD, suffix
 RULES = tuple(registry.RULES)
 EARLY_STOPPING = ("false", "true", "never")  # beam search's stop rule, transformers' values as text
 LAM_KEEP = ("adaedl", "dv")  # the λ schedule's "keep" branch (decoders/rules.py LambdaSchedule)
@@ -46,7 +46,8 @@ class DecodeOptions:
     controller: str = "off"  # "cost": each round's draft cap maximises expected tokens per second on this machine's
     #                          measured t(n) (decoders/controller.py), replacing γ / max_draft; "off": the rule's own
     skip_layers: tuple[int, ...] | None = None  # layer-skip: target layers to skip; None = a default middle set
-    ngram: int = 3  # prompt lookup: longest n-gram to match (tries n..1)
+    ngram: int = 3  # prompt lookup: longest n-gram to match (tries n..ngram_min)
+    ngram_min: int = 1  # prompt lookup: shortest n-gram to match (vLLM's n-gram proposer: prompt_lookup_min, 5)
     max_new_tokens: int = 64
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
@@ -79,6 +80,12 @@ class DecodeOptions:
     #                            ones for `model`: decoders/selfdraft/store.py)
     tree_paths: tuple[tuple[int, ...], ...] | None = None  # eagle1: the static tree as rank paths, e.g. ((0,), (1,),
     #                                                        (0, 0)); None = SpecLab's 24-node default (tree_draft.py)
+    suffix_depth: int = 24  # suffix: the suffix tree's depth, longest matched tail + what follows (vLLM's default)
+    suffix_tokens: int = 16  # suffix: most draft nodes per round (vLLM: num_speculative_tokens, 32 on a GPU)
+    suffix_factor: float = 2.0  # suffix: a matched tail of L tokens earns at most floor(factor * L) drafts; vLLM: 1.0
+    #                             (a GPU batch pays for every wasted draft); 2 here: chosen on the tuning prompts by
+    #                             python -m bench.suffix --tune (bench/results/suffix-tune-smollm2-135m.md)
+    suffix_min_prob: float = 0.1  # suffix: draft a continuation only if count-estimated p >= this (vLLM 0.1)
 
     @classmethod
     def from_dict(cls, data: dict) -> "DecodeOptions":
@@ -140,7 +147,7 @@ class DecodeOptions:
         spec = registry.drafter(self.drafter)  # an unknown drafter lists the known ones
         self._refuse_fields_the_drafter_ignores(spec)
         if spec.family == Family.TREE:
-            self._validate_tree()
+            self._validate_tree(spec)
             return
         registry.rule(self.rule)  # an unknown rule lists the known ones
         _int_range("gamma", self.gamma, 1, MAX_DRAFT_LIMIT)
@@ -159,6 +166,8 @@ class DecodeOptions:
                                f"with {spec.label}")
         if "ngram" in spec.fields:
             _int_range("ngram", self.ngram, 1, 8)
+            _int_range("ngram_min", self.ngram_min, 1, self.ngram, lambda _: "the shortest n-gram cannot be longer "
+                       f"than the longest (ngram {self.ngram}); lower ngram_min or raise ngram")
         if "skip_layers" in spec.fields and self.skip_layers is not None and 0 in self.skip_layers:
             raise OptionsError("layer 0 cannot be skipped (the cache length is read from it); drop 0 from skip_layers")
 
@@ -170,19 +179,39 @@ class DecodeOptions:
                 raise OptionsError(f"{name} only applies to drafter {' / '.join(repr(r) for r in readers)} (got "
                                    f"drafter '{self.drafter}'); remove it or set drafter='{readers[0]}'")
 
-    def _validate_tree(self) -> None:
-        """The tree's own shape bounds its depth, so the draft-length rule and gamma do not apply."""
+    def _validate_tree(self, spec) -> None:
+        """The tree's own shape bounds its depth, so the draft-length rule and gamma do not apply. Each field is
+        checked where the drafter's spec reads it (registry.DRAFTERS[...].fields), never by the drafter's name."""
         _one_of("controller", self.controller, CONTROLLERS)
-        _int_range("tree_k", self.tree_k, 1, MAX_WIDTH_LIMIT)
-        _int_range("tree_m", self.tree_m, 1, MAX_TREE_NODES)
+        if self.controller == "cost" and "controller" not in spec.fields:
+            raise OptionsError(f"the cost controller sizes trees grown by a model; {spec.label} sizes its tree by "
+                               f"how long its match is: use controller 'off' with drafter '{self.drafter}'")
+        if "tree_k" in spec.fields:
+            _int_range("tree_k", self.tree_k, 1, MAX_WIDTH_LIMIT)
+        if "tree_m" in spec.fields:
+            _int_range("tree_m", self.tree_m, 1, MAX_TREE_NODES)
         if self.eagle_head is not None and self.draft_model is not None:
             raise OptionsError("a tree grows from either an EAGLE head or a draft model; drop draft_model or eagle_head")
-        if self.drafter == "eagle1":
+        if "tree_paths" in spec.fields:
             self._validate_paths()
-            return
-        if self.drafter == "eagle2":
+        if "tree_depth" in spec.fields:
             _int_range("tree_depth", self.tree_depth, 1, MAX_DRAFT_LIMIT)
-            return
+        if "ddd_steps" in spec.fields:
+            self._validate_ddd()
+        if "suffix_depth" in spec.fields:
+            self._validate_suffix()
+
+    def _validate_suffix(self) -> None:
+        _int_range("suffix_depth", self.suffix_depth, 2, MAX_DRAFT_LIMIT)
+        _int_range("suffix_tokens", self.suffix_tokens, 1, MAX_TREE_NODES)
+        if not 0.0 < self.suffix_factor <= 64.0:
+            raise OptionsError(f"suffix_factor must be above 0 and at most 64 (a matched tail of L tokens earns "
+                               f"floor(factor · L) drafts; vLLM's default is 1), got {self.suffix_factor}")
+        if not 0.0 <= self.suffix_min_prob <= 1.0:
+            raise OptionsError(f"suffix_min_prob is a probability estimated from counts and must be in [0, 1] (vLLM's "
+                               f"default is 0.1), got {self.suffix_min_prob}")
+
+    def _validate_ddd(self) -> None:
         _int_range("ddd_steps", self.ddd_steps, 1, MAX_DRAFT_LIMIT)
         _int_range("ddd_width", self.ddd_width, 1, MAX_WIDTH_LIMIT)
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 2 for s in self.ddd_checks):

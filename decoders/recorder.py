@@ -93,7 +93,8 @@ class TraceBuilder:
         """The tree search with each candidate's text, so the page can show what was grown but never sent."""
         if not search:
             return search
-        return {**search, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
+        texts = {"match_texts": [self.decode([t]) for t in search["match"]]} if "match" in search else {}
+        return {**search, **texts, "pool": [{**entry, "text": self.decode([entry["token"]])} for entry in search["pool"]]}
 
     def _add_tokens(self, committed: list[int], provenance: list[str], index: int, top: list[list]) -> None:
         for token, source, best in zip(committed, provenance, top):

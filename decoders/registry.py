@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
                        PromptLookupDrafter, STATIC_TREE, TreeShape)
+from .drafters.suffix import Settings as SuffixSettings, SuffixDrafter
 from .errors import OptionsError
 from .residency import model_bytes
 from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
@@ -42,6 +43,7 @@ class BuildContext:
     runner: "CachedModel"  # the target with its KV cache (decoders/runner.py)
     target: object  # the loaded target (decoders.api.LanguageModel)
     draft: object | None  # the loaded draft model, when uses_draft_model(options)
+    store: object | None = None  # the caller's store of earlier outputs (suffix decoding: drafters/suffix.py)
 
 
 # ---------------------------------------------------------------- draft-length rules
@@ -90,8 +92,17 @@ class DrafterSpec:
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
     verify_share: Callable[[BuildContext], float] = lambda ctx: 1.0  # of a full target forward, its verification
+    depth: Callable[[Options], int] | None = None  # TREE: the deepest a round's tree may grow (its static rule)
+    nodes: Callable[[Options], int] | None = None  # TREE: the most drafts a round sends (the verification's width)
+    describe: Callable[[Options], str] | None = None  # TREE: its label after "speculative · ", shape included
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
+
+    def __post_init__(self):
+        if self.family == Family.TREE and None in (self.depth, self.nodes, self.describe):
+            raise ValueError(f"tree drafter {self.name!r} needs depth= and nodes= (how deep a round's tree may grow "
+                             "and how many drafts it may send) and describe= (its label): no draft-length rule sets "
+                             "them for a tree")
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -146,6 +157,30 @@ def _tree_step_prior(ctx: BuildContext) -> float:
 
 def _grown_by_draft_model(options: Options) -> bool:
     return options.eagle_head is None
+
+
+def _tree_steps(options: Options) -> int:
+    return tree_shape(options).steps
+
+
+def _tree_nodes(options: Options) -> int:
+    return tree_shape(options).m
+
+
+def _grown_tree(options: Options) -> str:
+    """"draft-model tree · EAGLE-2 (K=10, D=6, M=59)": what grew it, and its shape."""
+    shape = tree_shape(options)
+    grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
+    detail = {"eagle1": f"({shape.m} nodes, depth {shape.steps})",
+              "ddd": f"(K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"}.get(
+        options.drafter, f"(K={shape.k}, D={shape.steps}, M={shape.m})")
+    return f"{grower} tree · {DRAFTERS[options.drafter].label} {detail}"
+
+
+def _suffix(ctx: BuildContext) -> Drafter:
+    o = ctx.options
+    return SuffixDrafter(SuffixSettings(o.suffix_depth, o.suffix_tokens, o.suffix_factor, o.suffix_min_prob),
+                         tuple(ctx.target.eos_token_ids), ctx.store)
 
 
 def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
@@ -209,8 +244,9 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
                 help="a smaller model of the same family", batched="draft-model"),
-    DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
-                lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
+    DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram", "ngram_min"),
+                lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids),
+                                                ctx.options.ngram_min), offers_q=False,
                 help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0,
                 batched="per-row"),
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
@@ -224,14 +260,23 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
                 cost_prior=_self_cost("prophet"), batched="prophet"),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
-                cost_prior=_tree_step_prior),
+                cost_prior=_tree_step_prior, depth=_tree_steps, nodes=_tree_nodes, describe=_grown_tree),
     DrafterSpec("eagle2", Family.TREE, "EAGLE-2", _TREE_FIELDS + ("tree_k", "tree_depth", "tree_m"), _tree,
-                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior,
+                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior, depth=_tree_steps,
+                nodes=_tree_nodes, describe=_grown_tree,
                 help="a tree of drafts grown by confidence (EAGLE-2), verified in one forward"),
     DrafterSpec("ddd", Family.TREE, "DDD",
                 _TREE_FIELDS + ("tree_k", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width"), _tree,
-                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior,
+                uses_draft_model=_grown_by_draft_model, cost_prior=_tree_step_prior, depth=_tree_steps,
+                nodes=_tree_nodes, describe=_grown_tree,
                 help="EAGLE-2 that stops growing when the tree's confidence falls (Dynamic Depth Decoding)"),
+    DrafterSpec("suffix", Family.TREE, "suffix decoding",
+                ("suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"), _suffix, offers_q=False,
+                cost_prior=lambda ctx: 0.0, depth=lambda o: o.suffix_tokens, nodes=lambda o: o.suffix_tokens,
+                describe=lambda o: f"suffix tree (≤{o.suffix_tokens} nodes, {o.suffix_factor:g}×match, "
+                                   f"p ≥ {o.suffix_min_prob:g})",
+                help="copy the continuations that followed the text's tail in the prompt, the output and earlier "
+                     "outputs, as a tree weighted by how often each followed (SuffixDecoding)"),
 ]}
 
 
@@ -316,7 +361,7 @@ def build_rule(options: Options, costs: "RunCosts | None" = None) -> DraftRule |
     from .controller import CostAwareRule, TreeCostRule
 
     if is_tree(options):
-        steps = tree_shape(options).steps
+        steps = drafter(options.drafter).depth(options)
         return TreeCostRule(costs.t, costs.c, steps) if controlled else StaticRule(steps)
     built = rule(options.rule).build(options)
     return CostAwareRule(built, costs.t, costs.c, verify_share=costs.verify_share) if controlled else built
@@ -339,12 +384,7 @@ def label(options: Options) -> str:
         return "autoregressive baseline"
     spec = drafter(options.drafter)
     if spec.family == Family.TREE:
-        shape = tree_shape(options)
-        grower = "draft-model" if options.eagle_head is None else "EAGLE-head"
-        detail = {"eagle1": f"({shape.m} nodes, depth {shape.steps})",
-                  "ddd": f"(K={shape.k}, M={shape.m}, n={shape.steps}, w={shape.beam})"}.get(
-            spec.name, f"(K={shape.k}, D={shape.steps}, M={shape.m})")
-        return f"speculative · {grower} tree · {spec.label} {detail}"
+        return f"speculative · {spec.describe(options)}"
     controlled = " · cost-aware cap" if options.controller == "cost" and options.rule != "static" else ""
     return f"speculative · {spec.label} · {rule(options.rule).label(options)}{controlled}"
 

@@ -57,6 +57,13 @@ RoundRecord
         ("depth" | "ddd" | "cost" (the draft controller) | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
         draft probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
+        suffix decoding (decoders/drafters/suffix.py) fills the same fields (pool value = the count-estimated
+        probability, the product of count / of down the path; step = depth; frontier and ddd empty; stop "cap" |
+        "min-prob" | "no-match" | "budget"; every drafted node is sent, then the candidates the cap left out) and
+        adds: source ("this run" | "earlier outputs"), match (the tail's token ids), match_texts, match_len, cap
+        (min(suffix_tokens, floor(factor · match_len))), score (sum of the drafted nodes' values), factor,
+        min_prob, store {outputs, tokens}; each pool entry also has count and of (the continuation followed its
+        parent string `count` of the `of` times that string occurred)
   totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
         measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
         totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)

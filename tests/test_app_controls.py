@@ -165,7 +165,7 @@ def test_the_page_shows_the_opening_values():
     assert [c[0] for c in by_label["Draft-length rule"]["choices"]] == list(RULES)
     narrowed = control_states(OPENING.model, OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature, None)
     paired = bool(controls.drafts_for(OPENING.model))  # a same-family draft model (the Qwen pair): its drafter too
-    trees = list(TREE_DRAFTERS) if paired or controls.has_head(OPENING.model) else []
+    trees = [d for d in TREE_DRAFTERS if paired or controls.has_head(OPENING.model) or not controls.grown(d)]
     learned = [d for d in controls.SELF_DRAFTERS if controls.has_self_weights(OPENING.model, d)]  # shipped weights
     chain = (["draft-model"] if paired else []) + ["prompt-lookup", "layer-skip"]
     assert narrowed["drafter"]["choices"] == chain + learned + trees and OPENING.drafter in trees
@@ -196,8 +196,8 @@ def heads(monkeypatch):
 
 
 def test_tree_drafters_are_offered_where_something_can_grow_the_tree(heads):
-    assert not set(TREE_DRAFTERS) & set(control_states("smollm2-135m", "speculative", "eagle2", "static", 0.0,
-                                                       None)["drafter"]["choices"])
+    offered = control_states("smollm2-135m", "speculative", "eagle2", "static", 0.0, None)["drafter"]["choices"]
+    assert set(TREE_DRAFTERS) & set(offered) == {"suffix"}  # suffix decoding copies text: it needs no model
     paired = control_states("qwen2.5-coder-1.5b", "speculative", "eagle2", "static", 0.0, DEFAULT_DRAFT)
     assert paired["drafter"]["value"] == "eagle2" and paired["eagle_head"]["value"] == FROM_DRAFT
     assert paired["draft_model"]["visible"] and paired["tree_depth"]["visible"] and not paired["ddd_x"]["visible"]
@@ -216,7 +216,7 @@ def test_every_tree_choice_reachable_in_the_ui_builds_valid_options(heads, model
     values = after_adjusting(opening_controls(model=model, method="speculative", drafter=drafter, eagle_head=source,
                                               temperature=temperature, draft_model=DEFAULT_DRAFT))
     options = handlers.options_from(values)
-    if options.drafter in TREE_DRAFTERS:
+    if controls.grown(options.drafter):
         assert (options.eagle_head == "auto") == (values["eagle_head"] == FROM_HEAD)
         assert options.eagle_head is None or options.draft_model is None  # the head replaces the draft model
     draft_for(options)

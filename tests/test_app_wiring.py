@@ -7,6 +7,7 @@ import contextlib
 import gradio as gr
 import pytest
 
+from app_fakes import fake_loaded
 from app.page import build_demo
 from app.shared.session import RunSession
 from app.shared.paths import ASSETS
@@ -72,19 +73,9 @@ def test_run_decodes_once_per_click(events, monkeypatch, trace):
     """Run streams one decode: the decoder generator is started once, and every update is drawn once."""
     started = []
 
-    def fake_decode(options, prompt, every):
+    def fake_decode(options, prompt, every, store=None):
         started.append(prompt)
         yield trace.to_dict()
-
-    class Target:
-        dtype = "float32"
-
-        def encode_prompt(self, prompt, chat=True):
-            return [1, 2, 3]
-
-    @contextlib.contextmanager
-    def fake_loaded(*options, report=None, turn=None):
-        yield [(Target(), None)]
 
     monkeypatch.setattr(handlers, "decode_rounds", fake_decode)
     monkeypatch.setattr(handlers, "loaded", fake_loaded)

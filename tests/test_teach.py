@@ -18,8 +18,8 @@ def no_model_loads(monkeypatch):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
 
 
-def test_six_to_nine_lessons_and_every_figure_kind_exists():
-    assert 6 <= len(teach.LESSONS) <= 9  # issue 9's eight + issue 26's self-drafting lesson
+def test_six_to_ten_lessons_and_every_figure_kind_exists():
+    assert 6 <= len(teach.LESSONS) <= 10  # issue 9's eight + issue 26's self-drafting + issue 34's suffix lesson
     for lesson in teach.LESSONS:
         assert lesson.figure in teach.FIGURES
         assert lesson.coming or lesson.trace or lesson.figure == "speedup"

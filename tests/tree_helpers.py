@@ -40,11 +40,11 @@ def small_models() -> dict:
     return {"target": target, "noisy": noisy_copy(target, noise=0.3), "unrelated": tiny_llama(vocab=VOCAB, seed=11)}
 
 
-def exact_pairs(lm, warp: Warp) -> torch.Tensor:
+def exact_pairs(lm, warp: Warp, prompt: list[int] = PROMPT) -> torch.Tensor:
     """P(x1, x2 | prompt) under the warped target, (V, V), by enumeration."""
     with torch.inference_mode():
-        first = warp.probs(lm.model(torch.tensor([PROMPT], device=lm.device)).logits[0, -1])  # (V,)
-        ones = torch.tensor([PROMPT + [x] for x in range(VOCAB)], device=lm.device)  # (V, T+1)
+        first = warp.probs(lm.model(torch.tensor([prompt], device=lm.device)).logits[0, -1])  # (V,)
+        ones = torch.tensor([prompt + [x] for x in range(VOCAB)], device=lm.device)  # (V, T+1)
         second = warp.probs(lm.model(ones).logits[:, -1])  # (V, V)
     return (first[:, None] * second).cpu()  # (V, V)
 

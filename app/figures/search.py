@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from decoders.options import TREE_DRAFTERS
 from decoders.trace import RoundRecord, Trace
 
+from app.figures import suffix
 from app.shared.words import counted
 from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, legend_below, sig, title_margin, \
     wrap_title
@@ -72,6 +73,8 @@ def pool_view(rnd: RoundRecord) -> PoolView | None:
 def search_headline(trace: Trace, rnd: RoundRecord) -> str:
     """'EAGLE-2 grew 510 candidates in 6 steps and sent the 59 most valuable; 2 accepted · DDD stopped ...'."""
     search = rnd.search or {}
+    if suffix.is_suffix(search):
+        return suffix.headline(trace, rnd)
     pool = len(search.get("pool") or [])
     sent = len(search.get("chosen") or [])
     name = METHOD_NAMES.get((trace.options or {}).get("drafter"), "the tree drafter")

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
+from app.figures import suffix
 from app.figures.search import PoolView, pool_view, search_headline
 from app.shared.words import counted
 from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, legend_below, \
@@ -188,6 +189,8 @@ def _value_lines(view: PoolView | None, node: int) -> list[str]:
     entry = view.entry.get(node) if view is not None else None
     if entry is None:
         return []
+    if "count" in entry:  # suffix decoding: counted, not drafted by a model
+        return suffix.node_lines(entry)
     return [f"value = product of draft probs on the path = {sig(entry['value'])} "
             f"(rank {view.rank[int(entry['id'])]} of {counted(view.size, 'candidate')}; grown at step {entry['step']})"]
 
@@ -275,6 +278,8 @@ def _add_unsent_nodes(fig: go.Figure, graph: nx.DiGraph, pos: dict, view: PoolVi
 
 
 def _unsent_hover(entries: list[dict], view: PoolView, shown: int = 6) -> str:
+    if "count" in entries[0]:  # suffix decoding: continuations the cap left out
+        return suffix.left_out_hover(entries, shown)
     lines = [f"<b>{counted(len(entries), 'candidate')} grown but not sent</b> (outside the {len(view.entry)} most "
              f"valuable of {view.size})"]
     for entry in entries[:shown]:

@@ -15,7 +15,29 @@ from __future__ import annotations
 
 import threading
 
+from decoders import SuffixStore
 from decoders.trace import Trace
+
+
+class EarlierOutputs:
+    """This visitor's finished Generate outputs, one bounded store per target model (token ids mean nothing to
+    another tokenizer), which suffix decoding drafts from (decoders/drafters/suffix.py). It lives in the session, so
+    one visitor's outputs never reach another's runs, and goes with the session; Clear empties it."""
+
+    def __init__(self) -> None:
+        self.stores: dict[str, SuffixStore] = {}
+
+    def store(self, model: str) -> SuffixStore:
+        return self.stores.setdefault(model, SuffixStore())
+
+    def remember(self, trace: Trace) -> None:
+        """A finished run's output (any method: repeated work is what suffix decoding copies)."""
+        model = (trace.options or {}).get("model")
+        if model and trace.output_ids and trace.stop_reason != "cancelled":
+            self.store(model).add(trace.output_ids, trace.output_text)
+
+    def clear(self) -> None:
+        self.stores.clear()
 
 
 class RunSession:
@@ -32,6 +54,7 @@ class RunSession:
         self.idle.set()
         self.stop_requested = threading.Event()  # Stop pressed while a run executes: it returns at the next round
         self.skip = 0  # runs queued before a Stop: each returns without decoding when it begins
+        self.earlier = EarlierOutputs()  # what suffix decoding may copy from this visitor's earlier runs
 
     def __deepcopy__(self, memo) -> "RunSession":  # Gradio copies the initial value once per new session
         return RunSession()

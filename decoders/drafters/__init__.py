@@ -5,7 +5,8 @@ from .layer_skip import LayerSkipDrafter, default_skip_layers
 from .prompt_lookup import PromptLookupDrafter
 from .eagle_tree import EagleTreeDrafter
 from .tree_draft import STATIC_TREE, DynamicTreeDrafter, TreeShape
+from .suffix import SuffixDrafter, SuffixStore
 
 __all__ = ["Drafter", "DraftStop", "NoDraft", "Proposal", "DraftModelDrafter", "LayerSkipDrafter", "PromptLookupDrafter",
            "default_skip_layers", "DynamicTreeDrafter", "EagleTreeDrafter",
-           "TreeShape", "STATIC_TREE"]
+           "TreeShape", "STATIC_TREE", "SuffixDrafter", "SuffixStore"]

@@ -2,7 +2,8 @@
 
 Candidates are chosen, not sampled, so verification treats q as a point mass (Flavor.DETERMINISTIC): under
 sampling a copied token is accepted with probability p(token), and the residual is p with that token removed.
-Like transformers, the first match from the left wins and proposals stop after an end-of-sequence token.
+Like transformers (and vLLM's n-gram proposer, which also sets a shortest n: min_ngram), the longest matching tail
+wins, its first occurrence from the left, and proposals stop after an end-of-sequence token.
 """
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal
 
 
-def lookup(ids: list[int], max_ngram: int, limit: int) -> list[int]:
-    """Up to `limit` tokens that followed the first earlier occurrence of the longest matching tail n-gram."""
-    for n in range(min(max_ngram, len(ids) - 1), 0, -1):
+def lookup(ids: list[int], max_ngram: int, limit: int, min_ngram: int = 1) -> list[int]:
+    """Up to `limit` tokens that followed the first earlier occurrence of the longest matching tail n-gram (of
+    min_ngram to max_ngram tokens)."""
+    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
         tail = ids[-n:]
         for start in range(len(ids) - n):  # excludes the tail itself
             if ids[start:start + n] == tail:
@@ -24,8 +26,8 @@ class PromptLookupDrafter(Drafter):
     name = "prompt-lookup"
     offers_distribution = False
 
-    def __init__(self, max_ngram: int = 3, eos_ids: tuple[int, ...] = ()):
-        self.max_ngram = max_ngram
+    def __init__(self, max_ngram: int = 3, eos_ids: tuple[int, ...] = (), min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.eos_ids = set(eos_ids)
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
@@ -33,7 +35,7 @@ class PromptLookupDrafter(Drafter):
         tree.flavor = Flavor.DETERMINISTIC
         if limit <= 0:
             return Proposal(tree, reason=DraftStop.BUDGET)
-        copied = lookup(ids, self.max_ngram, limit)
+        copied = lookup(ids, self.max_ngram, limit, self.min_ngram)
         for token in copied:
             tree.add(tree.size - 1, token, None)
             if token in self.eos_ids:

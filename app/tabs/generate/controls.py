@@ -64,7 +64,8 @@ def opening_differences(options: dict, prompt: str) -> list[str] | None:
             if name in options and options.get(name) != recorded.get(name)]
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
-TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
+TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width",
+                 "suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob")
 DEPENDENT = ("drafter", "draft_model", "rule", "controller", "gamma", "max_draft", "lam", "ngram", "skip_layers",
              "top_k", "top_p", "seed") + TREE_CONTROLS
 # What an example sets (everything that shapes the run; length, dtype and display toggles stay the user's).
@@ -129,13 +130,20 @@ def tree_sources(model: str) -> list[str]:
             if available]
 
 
+def grown(drafter: str) -> bool:
+    """A tree grown by a model (the pair's draft or an EAGLE head: it reads eagle_head), not copied from text."""
+    spec = registry.DRAFTERS.get(drafter)
+    return spec is not None and "eagle_head" in spec.fields
+
+
 def drafters_for(model: str) -> list[str]:
-    """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the tree
-    drafters only for one with a draft model or an EAGLE head to grow the tree."""
+    """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the grown tree
+    drafters only for one with a draft model or an EAGLE head to grow the tree (suffix decoding needs neither)."""
     chain = [d for d in registry.names(registry.DRAFTERS, Family.CHAIN)
              if (drafts_for(model) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d)))
              and (d not in SELF_DRAFTERS or has_self_weights(model, d))]
-    return chain + (list(registry.names(registry.DRAFTERS, Family.TREE)) if tree_sources(model) else [])
+    sources = tree_sources(model)
+    return chain + [d for d in registry.names(registry.DRAFTERS, Family.TREE) if sources or not grown(d)]
 
 
 def control_states(model: str, method: str, drafter: str, rule: str, temperature: float,
@@ -154,7 +162,7 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     sources = tree_sources(model)
     source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
     used = fields_in_use(method, drafter, rule, _number(temperature), controller or "off")
-    grows_from_head = registry.DRAFTERS[drafter].family == Family.TREE and source == FROM_HEAD
+    grows_from_head = grown(drafter) and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
     states["drafter"].update(choices=drafters, value=drafter)
     states["rule"].update(choices=rules, value=rule)

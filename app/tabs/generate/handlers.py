@@ -5,6 +5,7 @@ the only process-wide objects (decoders.models caches them); a user's trace and 
 """
 from __future__ import annotations
 
+import html
 import time
 from typing import Callable, Iterator
 
@@ -20,7 +21,7 @@ from app.shared.hosting import check_model_allowed, gpu
 from app.shared.numbers import whole_field
 from app.shared.loading import check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
 from app.figures.text import round_of_span
-from app.shared.session import RunSession
+from app.shared.session import EarlierOutputs, RunSession
 from app.shared.theme import stop_words
 from app.shared.words import counted
 from app.tabs.generate.views import error_html, full_views, read_trace_file, round_views, slider_update, write_trace_file
@@ -30,7 +31,8 @@ from app.tabs.generate.views import error_html, full_views, read_trace_file, rou
 RUN_INPUTS = ("prompt", "model", "dtype", "method", "drafter", "draft_model", "rule", "controller", "gamma", "max_draft",
               "lam",
               "ngram", "skip_layers", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "chat", "live",
-              "eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width")
+              "eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width",
+              "suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob")
 STREAM_EVERY = 0.4  # seconds between streamed updates: each one costs drawing time (server and browser)
 STOP_WAIT = 15.0  # seconds Stop waits for Gradio to close the run (it closes between rounds, or after a load)
 STOP_POLL = 1.0  # with live drawing off, the run still hands Gradio a (no-op) update this often so Stop can close it
@@ -124,30 +126,35 @@ _PARSERS = {
     "eagle_head": lambda values, key: _eagle_head(values),
     **{key: lambda values, key: _int(values, key, getattr(D, key))
        for key in ("gamma", "max_draft", "ngram", "max_new_tokens", "top_k", "seed", "tree_k", "tree_depth", "tree_m",
-                   "ddd_steps", "ddd_width")},
+                   "ddd_steps", "ddd_width", "suffix_depth", "suffix_tokens")},
     **{key: lambda values, key: _float(values, key, getattr(D, key)) for key in ("lam", "temperature", "top_p",
-                                                                               "ddd_x")},
+                                                                               "ddd_x", "suffix_factor",
+                                                                               "suffix_min_prob")},
 }
 
 
 # ---- the decode generator (the only GPU function) -------------------------------------------------------------
 
 @gpu(duration=120)
-def decode_rounds(options: dict, prompt: str, every: float) -> Iterator[dict]:
+def decode_rounds(options: dict, prompt: str, every: float, store: dict | None = None) -> Iterator[dict]:
     """Stream a run as plain trace dicts: at most one per `every` seconds, and always the finished trace; before it,
     {"waiting": line} while another run holds the decode slot.
 
-    Plain data in and out, so it can run in ZeroGPU's forked worker. The models load inside the slot (cache hits:
-    `loaded` loaded them). Closing this generator (Stop) closes the core's generator, whose `finally` frees every
-    cache; so does a later run taking over an abandoned one.
+    Plain data in and out, so it can run in ZeroGPU's forked worker (store: the visitor's earlier outputs,
+    SuffixStore.to_dict, for suffix decoding). The models load inside the slot (cache hits: `loaded` loaded them).
+    Closing this generator (Stop) closes the core's generator, whose `finally` frees every cache; so does a later run
+    taking over an abandoned one.
     """
+    from decoders import SuffixStore
     from decoders.api import stream
 
     opts = DecodeOptions.from_dict(options)
     with DECODE_SLOT.queue(slot_name(opts)) as turn:
         for line in turn.lines():
             yield {"waiting": line}
-        decoder = loaded_run(opts, lambda target, draft: stream(opts, prompt, target=target, draft=draft))
+        earlier = SuffixStore.from_dict(store) if store is not None else None
+        decoder = loaded_run(opts, lambda target, draft: stream(opts, prompt, target=target, draft=draft,
+                                                                store=earlier))
         trace = None
         with DECODE_SLOT.hold(decoder, turn=turn) as lease:
             last = time.monotonic()
@@ -224,7 +231,10 @@ NOT_STARTED = "Stopped before your run started: it was waiting for its turn; not
 def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
     """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run. Before
     the first round: what the run waits for, then how far the prompt has been read."""
-    rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL)
+    copies = "suffix_depth" in options.fields_in_use()  # suffix decoding reads the visitor's earlier outputs
+    store = session.earlier.store(options.model).to_dict() if copies else None
+    rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL, store)
+    remembered = False  # the finished trace can arrive twice (the last streamed round, then the final word)
     try:
         for data in rounds:
             if "waiting" in data:  # another run took the slot between the load and the decode
@@ -243,7 +253,13 @@ def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession
             if trace.prefill and not trace.stop_reason:
                 yield {"status": _reading_line(trace)}
                 continue
-            yield _views(trace) if live or trace.stop_reason else {}
+            if trace.stop_reason:
+                if not remembered:
+                    session.earlier.remember(trace)
+                    remembered = True
+                yield {**_views(trace), "store": store_html(session.earlier)}
+                continue
+            yield _views(trace) if live else {}
     finally:
         rounds.close()  # the core's finally frees every cache
 
@@ -328,6 +344,31 @@ def stop(trace: Trace | None, session: RunSession | None = None) -> dict:
     if partial is None:
         return {"status": "Nothing to stop: no run has started in this tab."}
     return {"status": f"Nothing to stop: the last run had already {_ended(partial)}."}
+
+
+def store_html(earlier: EarlierOutputs | None) -> str:
+    """What suffix decoding's store holds for this visitor: per target model, how many outputs and tokens, and the
+    start of each (newest first)."""
+    stores = {model: store for model, store in (earlier.stores if earlier else {}).items() if store.outputs}
+    if not stores:
+        return ('<div class="sl-store">Empty: every finished run\'s output is kept here (this browser session only, '
+                'at most 16 outputs per model) for suffix decoding to copy from.</div>')
+    parts = []
+    for model, store in stores.items():
+        items = "".join(f"<li>{html.escape(text[:80]) or '(no text)'}{'…' if len(text) > 80 else ''} "
+                        f"<span class='sl-muted'>({len(ids)} tokens)</span></li>"
+                        for ids, text in reversed(store.outputs))
+        parts.append(f"<div><b>{html.escape(model)}</b>: {len(store.outputs)} outputs, {store.tokens} tokens (of at "
+                     f"most {store.max_outputs} outputs, {store.max_tokens} tokens; the oldest go first)"
+                     f"<ol>{items}</ol></div>")
+    return '<div class="sl-store">' + "".join(parts) + "</div>"
+
+
+def clear_store(session: RunSession | None) -> str:
+    """The store's Clear button: this visitor's earlier outputs are forgotten (the next suffix run starts cold)."""
+    if session is not None:
+        session.earlier.clear()
+    return store_html(session.earlier if session is not None else None)
 
 
 def _ended(trace: Trace) -> str:

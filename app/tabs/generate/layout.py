@@ -222,6 +222,26 @@ def _tree_controls(d) -> dict:
                                info="Growth stops after n steps even when confident. DDD paper: 11.")
     c["ddd_width"] = gr.Slider(1, 20, value=d.ddd_width, step=1, label="w (DDD: frontier width)",
                                info="Frontier nodes expanded per step. DDD paper: 10.")
+    c.update(_suffix_controls(d))
+    return c
+
+
+def _suffix_controls(d) -> dict:
+    """Suffix decoding's knobs (vLLM's names and defaults; decoders/options.py)."""
+    c = {}
+    c["suffix_factor"] = gr.Slider(0.25, 4.0, value=d.suffix_factor, step=0.25, label="factor (suffix: drafts per "
+                                   "matched token)", info="A matched tail of L tokens earns at most floor(factor × L) "
+                                   "drafts: a long match is trusted with a long draft. vLLM: 1; SpecLab: 2 (chosen "
+                                   "on this CPU: bench/results/suffix-tune-smollm2-135m.md).")
+    c["suffix_min_prob"] = gr.Slider(0.0, 1.0, value=d.suffix_min_prob, step=0.05, label="min probability (suffix)",
+                                     info="A continuation is drafted only if the counts estimate its probability at "
+                                          "this or more (how often it followed ÷ how often its parent occurred, "
+                                          "multiplied down the path). vLLM: 0.1.")
+    c["suffix_tokens"] = gr.Slider(1, 64, value=d.suffix_tokens, step=1, label="most drafts per round (suffix)",
+                                   info="The tree's size cap whatever the match: verifying n tokens costs more than "
+                                        "one on a CPU. vLLM: 32 on a GPU; SpecLab: 16.")
+    c["suffix_depth"] = gr.Slider(2, 64, value=d.suffix_depth, step=1, label="suffix tree depth",
+                                  info="Longest matched tail plus what follows it that the suffix tree keeps. vLLM: 24.")
     return c
 
 
@@ -271,6 +291,10 @@ def build(demo: gr.Blocks) -> dict:
             o = _outputs(initial)
         with gr.Column(scale=1, min_width=320, elem_id="sl-options"):
             c.update(_controls())
+            with gr.Accordion("Your earlier outputs (suffix decoding copies from them)", open=False,
+                              elem_id="sl-store-box"):
+                store_box = gr.HTML(handlers.store_html(None), elem_id="sl-store")
+                clear_store = gr.Button("Clear the store", size="sm", elem_id="sl-store-clear")
             with gr.Accordion("Traces: recorded, upload, download", open=True):
                 c["recorded"] = gr.Dropdown(list(recorded), value=opening,
                                             label=RECORDED_LABEL, elem_id="sl-recorded",
@@ -287,7 +311,7 @@ def build(demo: gr.Blocks) -> dict:
             _examples(examples, c)
     state = gr.State(first_trace)
     session = gr.State(RunSession())  # this tab's runs, for Stop (app/shared/session.py); per session, server-side
-    outs = {**o, "state": state, "download": download}
+    outs = {**o, "state": state, "download": download, "store": store_box}
     out_list = [outs[n] for n in OUTPUTS]
     to_tuple = as_tuple(OUTPUTS, outs)
     inputs = [c[n] for n in handlers.RUN_INPUTS]
@@ -324,6 +348,7 @@ def build(demo: gr.Blocks) -> dict:
     # The one cancel path is the session (app/shared/session.py): no `cancels=[run]`, which the page never sends in
     # Gradio 6.31 (an API client's own job.cancel() needs no listener here).
     c["stop_btn"].click(stop_fn, [state, session], out_list, api_name="stop")
+    clear_store.click(handlers.clear_store, [session], store_box, api_name="clear_store")
     round_list = [outs[n] for n in ROUND_OUTPUTS]
     round_tuple = as_tuple(ROUND_OUTPUTS, outs)
 

@@ -10,6 +10,7 @@ from decoders.trace import Trace
 
 from app.figures.rule import positions_figure, rounds_figure
 from app.figures.self_draft import exit_figure
+from app.figures import suffix
 from app.figures.search import growth_figure, is_tree_trace, run_figure
 from app.figures.stats import stats_figure, stats_html
 from app.figures.text import legend_html, provenance_spans
@@ -17,7 +18,7 @@ from app.figures.tree import tree_figure
 
 # The Generate tab's outputs, in the order every handler returns them (layout.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
-           "download", "legend", "self_draft")
+           "download", "legend", "self_draft", "store")
 ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
 from app.tabs.generate.controls import OPENING_TRACE  # noqa: E402  the recorded run the page opens on (controls.py)
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
@@ -33,9 +34,13 @@ def round_views(trace: Trace, index: int | None) -> dict:
     if trace.rounds:
         index = len(trace.rounds) - 1 if index is None else max(0, min(int(index), len(trace.rounds) - 1))
     tree = is_tree_trace(trace)  # a tree drafter has no draft-length rule: its panels show the search instead
+    if suffix.is_suffix_trace(trace):  # a tree copied from the text: its panels show the match instead
+        this_round, over_run = suffix.match_figure, suffix.run_figure
+    else:
+        this_round, over_run = (growth_figure, run_figure) if tree else (positions_figure, rounds_figure)
     return {"tree": tree_figure(trace, index),
-            "positions": (growth_figure if tree else positions_figure)(trace, index),
-            "rounds": (run_figure if tree else rounds_figure)(trace, index),
+            "positions": this_round(trace, index),
+            "rounds": over_run(trace, index),
             "legend": legend_html(trace, index if trace.rounds else None)}
 
 

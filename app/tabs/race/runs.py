@@ -66,6 +66,7 @@ PRESETS = {
     "EAGLE-2 tree · draft model (paper: K10 D6 M59)": dict(drafter="eagle2", tree_k=10, tree_depth=6, tree_m=59),
     "DDD tree · draft model (paper: M59, checks at 5,7,9)": dict(drafter="ddd"),
     "EAGLE static tree · EAGLE head (24 nodes)": dict(drafter="eagle1", eagle_head="auto"),
+    "suffix decoding · tree copied from prompt and output": dict(drafter="suffix"),  # no store: each timed run alike
     # Beams search for a different output than greedy decoding: raced for their speed and KV memory, not equality.
     "beam search · width 4 (temperature 0)": dict(method="beam-search", width=4),
     "beam sampling · width 4 (temperature > 0)": dict(method="beam-sampling", width=4),

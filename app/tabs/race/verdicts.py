@@ -51,7 +51,7 @@ def _speculative_verdict(row: dict, label: str, speedup: float) -> str:
     if gamma == 0:
         return f"{head}: it never drafted ({_never_drafted(row)}), so it can only add overhead."
     share = _drafting_share(row)  # drafted tokens per round over all rounds ÷ over the rounds that drafted
-    if row.get("tree"):  # a tree pays one draft forward per expansion step, however many drafts it sends
+    if row.get("tree") and row.get("draft_steps"):  # a grown tree pays one draft forward per expansion step
         steps = row.get("draft_steps") or 0.0
         cost = steps * c * share + (t_ratio or 1.0)
         mean = "" if share == 1.0 else " on average"
@@ -61,11 +61,13 @@ def _speculative_verdict(row: dict, label: str, speedup: float) -> str:
         numbers += f", {_cost_words(share)} {cost:.2f} target forwards for τ = {tau:.2f} tokens" + _idle_clause(row)
         return _tree_verdict(head, speedup, numbers, steps * c, tau, t_ratio, row)
     cost = gamma * c * share + (t_ratio or 1.0)
-    drafted = f"drafted γ = {gamma:.1f} tokens{'' if share == 1.0 else ' on average'} at c = {c:.2f}"
+    mean = "" if share == 1.0 else " on average"
+    drafted = (f"copied a tree of {gamma:.1f} drafts{mean} from the text (no draft forward, c = {c:.2f})"
+               if row.get("tree") else f"drafted γ = {gamma:.1f} tokens{mean} at c = {c:.2f}")  # a copied tree: suffix
     numbers = f"each round {drafted}" if share == 1.0 else f"{_rounds_that_drafted(row)} {drafted}"
     numbers += f" and verified them at t(n)/t(1) = {t_ratio:.2f}" if t_ratio else ""
     numbers += f", {_cost_words(share)} {cost:.2f} target forwards for τ = {tau:.2f} tokens" + _idle_clause(row)
-    alpha = row.get("alpha")
+    alpha = row.get("acceptance_rate") if row.get("tree") else row.get("alpha")  # a copied tree has no chain α
     if speedup >= WIN:
         return f"{head}: {numbers}; {win_reason(c, row.get('acceptance_rate'), tau)}."
     if speedup > 1 / WIN:
