@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Callable
 
-from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
-                       PromptLookupDrafter, STATIC_TREE, TreeShape)
+from .drafters import (CrossTokenizerDrafter, DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter,
+                       LayerSkipDrafter, NoDraft, PromptLookupDrafter, STATIC_TREE, TreeShape)
 from .errors import OptionsError
 from .residency import model_bytes
 from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
@@ -87,6 +87,7 @@ class DrafterSpec:
     help: str = ""
     cost_prior: Callable[[BuildContext], float] = lambda ctx: _size_ratio(ctx)  # c before the run times its own
     batched: Callable[[BuildContext, int], object] | None = None  # B rows at once (decoders/batch); None: no batch
+    own_tokenizer: bool = False  # True: its draft model may have another tokenizer (the API checks it can spell text)
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -186,6 +187,9 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
                 lambda ctx: DraftModelDrafter(ctx.draft.model), uses_draft_model=lambda options: True,
                 help="a smaller model of the same family", batched=lambda ctx, b: _batched("draft-model", ctx, b)),
+    DrafterSpec("cross-tokenizer", Family.CHAIN, "cross-tokenizer draft", ("draft_model",),
+                CrossTokenizerDrafter.from_context, uses_draft_model=lambda options: True, own_tokenizer=True,
+                help="a small model with its own tokenizer: its text is re-tokenized for the target"),
     DrafterSpec("prompt-lookup", Family.CHAIN, "prompt lookup", ("ngram",),
                 lambda ctx: PromptLookupDrafter(ctx.options.ngram, tuple(ctx.target.eos_token_ids)), offers_q=False,
                 help="copy what followed the same n-gram earlier in the text", cost_prior=lambda ctx: 0.0,

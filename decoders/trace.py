@@ -35,7 +35,7 @@ RoundRecord
         status "root" | "accepted" | "rejected" | "not_reached". At temperature 0, p and q are the unwarped
         softmax (temperature 1) for display; acceptance is argmax matching (accept_prob 1 or 0).
   rule  the draft-length rule's internals (None for the baseline): name; limit (max drafts this round);
-        reason drafting stopped ("limit" | "rule" | "budget" | "no-match" | "eos"); checks, one per judged position:
+        reason drafting stopped ("limit" | "rule" | "budget" | "no-match" | "eos" | "mid-character"); checks, one per judged position:
         {position, entropy (AdaEDL, nats) or confidence (max-confidence), bound, lam (λ used), stop}; then the
         state after this round's update: lam and ar (AdaEDL, max-confidence), length_after (heuristic)
   target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
@@ -44,6 +44,15 @@ RoundRecord
         ("depth" | "ddd" | "cost" (the draft controller) | "budget"), pool: [{id, parent (pool id, -1 = root), token, text, value (product of
         draft probabilities on the path), depth, step}], frontier: [[pool ids] per step], chosen: [pool ids sent to the
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
+  retokenized  a draft with a tokenizer of its own only (drafter "cross-tokenizer"; absent or None otherwise): the
+        round's two tokenizations. {mode ("retokenized": temperature 0, the draft's text encoded by the target's
+        tokenizer | "shared": sampling, each draft one target token of the same bytes), draft, target (the two
+        tokenizers' model names), pieces: [{id, text, start, end}] the draft's tokens this round in its own
+        vocabulary (byte offsets into the drafted text; a piece that ends inside a character shows its bytes
+        escaped), nodes: [{node (tree node id), start, end, pieces (indices of the draft pieces that share a byte with
+        this target token)}], unsent (drafted text not sent: past the round's limit, or a character left unfinished),
+        context: {kept (draft tokens of the committed text the draft's cache kept), fed (tokens fed to catch up:
+        what the target committed, and the last few drafts encoded again from text)}}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty.
 """
 from __future__ import annotations
@@ -120,6 +129,7 @@ class RoundRecord:
     draft_forwards: int = 0
     seconds: dict = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     search: dict | None = None  # tree drafters only (optional, absent in older traces), see the schema above
+    retokenized: dict | None = None  # the cross-tokenizer drafter only (optional), see the schema above
 
 
 @dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from decoders.trace import Trace
 
+from app.figures.retokenize import retokenize_figure
 from app.figures.rule import positions_figure, rounds_figure
 from app.figures.self_draft import exit_figure
 from app.figures.search import growth_figure, is_tree_trace, run_figure
@@ -17,8 +18,8 @@ from app.figures.tree import tree_figure
 
 # The Generate tab's outputs, in the order every handler returns them (layout.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
-           "download", "legend", "self_draft")
-ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
+           "download", "legend", "self_draft", "retokenized")
+ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend", "retokenized")  # what changes with the shown round
 from app.tabs.generate.controls import OPENING_TRACE  # noqa: E402  the recorded run the page opens on (controls.py)
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
@@ -36,7 +37,8 @@ def round_views(trace: Trace, index: int | None) -> dict:
     return {"tree": tree_figure(trace, index),
             "positions": (growth_figure if tree else positions_figure)(trace, index),
             "rounds": (run_figure if tree else rounds_figure)(trace, index),
-            "legend": legend_html(trace, index if trace.rounds else None)}
+            "legend": legend_html(trace, index if trace.rounds else None),
+            "retokenized": retokenized_update(trace, index)}
 
 
 def shown_round(trace: Trace) -> int:
@@ -110,6 +112,14 @@ def self_draft_update(trace: Trace) -> dict:
     import gradio as gr
 
     figure = exit_figure(trace)
+    return gr.update(value=figure, visible=figure is not None)
+
+
+def retokenized_update(trace: Trace, index: int | None) -> dict:
+    """The two tokenizations of a cross-tokenizer round (app/figures/retokenize.py), shown only for that drafter."""
+    import gradio as gr
+
+    figure = retokenize_figure(trace, index)
     return gr.update(value=figure, visible=figure is not None)
 
 
