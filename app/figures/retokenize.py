@@ -44,9 +44,9 @@ def retokenize_figure(trace: Trace | None, index: int | None = None) -> go.Figur
     end = max(piece["end"] for piece in info["pieces"])
     title = wrap_title(_headline(rnd, info), 70)
     fig.update_layout(
-        title=dict(text=title, font=dict(size=13)), height=250, barmode="overlay", bargap=0.35,
-        margin=dict(l=10, r=10, t=title_margin(title), b=40), plot_bgcolor="white", hovermode="closest",
-        legend=dict(orientation="h", y=-0.22, x=0, font=dict(size=10)),
+        title=dict(text=title, font=dict(size=13)), height=290, barmode="overlay", bargap=0.35,
+        margin=dict(l=10, r=10, t=title_margin(title), b=80), plot_bgcolor="white", hovermode="closest",
+        legend=dict(orientation="h", y=-0.45, x=0, yanchor="top", font=dict(size=10)),
         xaxis=dict(range=[-0.5, end + 0.5], title=dict(text="bytes of the drafted text", font=dict(size=10)),
                    showgrid=False, zeroline=False, tickfont=dict(size=9, color="#888")),
         yaxis=dict(tickvals=list(LANES.values()), ticktext=[f"draft: {info['draft']}", f"target: {info['target']}"],
