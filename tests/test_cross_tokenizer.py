@@ -89,7 +89,7 @@ def test_text_stream_waits_for_a_whole_character():
 
 # ---- greedy: the baseline, token for token --------------------------------------------------------------------
 
-@pytest.mark.parametrize("draft", ["twin", "noisy", "other"])
+@pytest.mark.parametrize("draft", ["twin", "noisy", "other", "bos"])
 @pytest.mark.parametrize("rule,gamma", RULES, ids=[f"{r}-{g}" for r, g in RULES])
 def test_greedy_equals_the_baseline(toys, draft, rule, gamma):
     target = toys["target"]
@@ -134,6 +134,7 @@ class _Checked(CrossTokenizerDrafter):
     """After every round's sync the draft's cache holds draft tokens that spell the committed text exactly."""
 
     rounds: list[tuple[int, int]] = []
+    first: list[int] = []
 
     def propose(self, ids, limit, rule, warp, generator, record):
         proposal = super().propose(ids, limit, rule, warp, generator, record)
@@ -142,7 +143,21 @@ class _Checked(CrossTokenizerDrafter):
             assert self.draft.bytes_of(self.fed[head:self.trusted]) == bytes(self.committed.text)
             assert self.runner.length == len(self.fed) == len(self.ends)
             _Checked.rounds.append((len(self.fed), self.trusted))
+            _Checked.first.append(self.fed[0])
         return proposal
+
+
+def test_a_draft_with_its_own_bos_keeps_it_first(toys, monkeypatch):
+    from dataclasses import replace
+
+    spec = registry.DRAFTERS["cross-tokenizer"]
+    monkeypatch.setitem(registry.DRAFTERS, "cross-tokenizer", replace(spec, build=_Checked.from_context))
+    _Checked.rounds, _Checked.first = [], []
+    bos = toys["bos"].tokenizer.bos_token_id
+    target = toys["target"]
+    trace = generate(cross(gamma=4, max_new_tokens=30), ids(target, "cc ab ba"), target=target, draft=toys["bos"])
+    assert trace.output_ids == baseline_ids(target, ids(target, "cc ab ba"), 30)
+    assert _Checked.first and set(_Checked.first) == {bos}  # every round's draft context starts with its BOS
 
 
 def test_the_draft_cache_follows_the_committed_text(toys, monkeypatch):

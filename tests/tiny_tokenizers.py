@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from tiny import TinyLM, noisy_copy, tiny_llama
@@ -26,17 +26,22 @@ ALPHABET = ["a", "b", " ", "c"]
 TARGET_MERGES = [("a", "b"), (" ", "a"), ("c", "c"), ("b", " ")]
 OTHER_MERGES = [("b", "a"), ("b", " "), ("a", "a"), ("c", " "), ("ba", " ")]
 EOS = "</s>"
+BOS = "<s>"
 TOY_PROBES = ("ab cab a", "cc ba b", "a")
 
 
-def bpe(merges: list[tuple[str, str]], reverse: bool = False) -> PreTrainedTokenizerFast:
-    """A BPE tokenizer over ALPHABET with these merges (ids reversed when asked), "</s>" as EOS."""
+def bpe(merges: list[tuple[str, str]], reverse: bool = False, bos: bool = False) -> PreTrainedTokenizerFast:
+    """A BPE tokenizer over ALPHABET with these merges (ids reversed when asked), "</s>" as EOS; with `bos`, it puts
+    "<s>" before every text it encodes with special tokens (as Gemma's does)."""
     names = ALPHABET + [a + b for a, b in merges]
     ids = list(range(len(names)))[::-1] if reverse else list(range(len(names)))
     tokenizer = Tokenizer(models.BPE(dict(zip(names, ids)), merges))
     tokenizer.decoder = decoders.Fuse()
-    tokenizer.add_special_tokens([EOS])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS)
+    tokenizer.add_special_tokens([EOS] + [BOS] * bos)
+    if bos:
+        tokenizer.post_processor = processors.TemplateProcessing(single=f"{BOS} $A",
+                                                                 special_tokens=[(BOS, tokenizer.token_to_id(BOS))])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=BOS if bos else None)
 
 
 def byte_level_bpe() -> PreTrainedTokenizerFast:
@@ -90,12 +95,16 @@ def twin(target: TokenizedLM, tokenizer, noise: float = 0.0, seed: int = 1) -> T
 
 
 def toy_models(seed: int = 1) -> dict:
-    """A toy target and three drafts: its exact twin, a noisy twin, and an unrelated model with other merges."""
+    """A toy target and four drafts: its exact twin, a noisy twin, an unrelated model with other merges, and one whose
+    tokenizer starts every text with a BOS of its own."""
     target_tokenizer, twin_tokenizer, other_tokenizer = bpe(TARGET_MERGES), bpe(TARGET_MERGES, True), \
         bpe(OTHER_MERGES)
     target = TokenizedLM(tiny_llama(vocab=len(target_tokenizer), seed=seed, layers=2, scale=0.5).model,
                          name="toy-target", tokenizer=target_tokenizer)
     other = TokenizedLM(tiny_llama(vocab=len(other_tokenizer), seed=11, layers=2, scale=0.5).model,
                         name="toy-other", tokenizer=other_tokenizer)
+    with_bos = bpe(OTHER_MERGES, bos=True)
+    opener = TokenizedLM(tiny_llama(vocab=len(with_bos), seed=12, layers=2, scale=0.5).model, name="toy-bos",
+                         tokenizer=with_bos)
     return {"target": target, "twin": twin(target, twin_tokenizer), "noisy": twin(target, twin_tokenizer, 0.15),
-            "other": other}
+            "other": other, "bos": opener}
