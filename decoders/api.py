@@ -62,7 +62,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
         if uses_draft_model(options):
             draft = draft or load_draft(draft_for(options), options)
             holding.enter_context(_hold(draft))
-            _check_pair(target, draft)
+            _check_pair(target, draft, own_tokenizer(options))
         if registry.method(options.method).family == Family.BEAM:  # several beams: decoders/beams (its own live trace, schema 2)
             models = {"target": _describe(target), "draft": _describe(draft) if draft is not None else None}
             yield from beam_run.stream_beams(options, target, draft, prompt_ids,
@@ -199,19 +199,26 @@ def _too_long(n_prompt: int, max_new: int, context: int, name: str) -> str:
 
 
 def draft_for(options: DecodeOptions) -> str | None:
-    """The draft model a run needs: None unless the drafter is a draft model; the registry's pairing by default."""
+    """The draft model a run needs: None unless the drafter is a draft model; the registry's pairing by default
+    (for a drafter whose draft has its own tokenizer, the registry's cross-tokenizer pairing)."""
     if not uses_draft_model(options):
         return None
     if options.draft_model:
         return options.draft_model
     from . import models  # the registry knows which draft pairs with which target
 
+    field = "cross_draft" if own_tokenizer(options) else "default_draft"
     entry = models.REGISTRY.get(options.model)
-    if entry is None or entry.default_draft is None:
-        pairs = [f"{n} (draft {e.default_draft})" for n, e in models.REGISTRY.items() if e.default_draft]
-        raise OptionsError(f"{options.model} has no default draft model; pass draft_model=... or pick a target that "
-                           f"has one: {', '.join(pairs)}")
-    return entry.default_draft
+    if entry is None or getattr(entry, field) is None:
+        pairs = [f"{n} (draft {getattr(e, field)})" for n, e in models.REGISTRY.items() if getattr(e, field)]
+        raise OptionsError(f"{options.model} has no default draft model for drafter '{options.drafter}'; pass "
+                           f"draft_model=... or pick a target that has one: {', '.join(pairs)}")
+    return getattr(entry, field)
+
+
+def own_tokenizer(options: DecodeOptions) -> bool:
+    """Does this run's draft model speak a tokenizer of its own (registry: DrafterSpec.own_tokenizer)?"""
+    return options.method == "speculative" and registry.drafter(options.drafter).own_tokenizer
 
 
 def _load(name: str, options: DecodeOptions, quant: str | None = None, progress=None) -> LanguageModel:
@@ -246,10 +253,22 @@ def check_draft_before_loading(options: DecodeOptions, target: LanguageModel | N
         return
     from . import models
 
+    if own_tokenizer(options):  # another tokenizer is the point; the drafter checks both spell text when built
+        return
     models.check_pair_before_loading(target if target is not None else options.model, name)
 
 
-def _check_pair(target: LanguageModel, draft: LanguageModel) -> None:
+def _check_pair(target: LanguageModel, draft: LanguageModel, own_tokenizer: bool = False) -> None:
+    """own_tokenizer: the drafter re-tokenizes, so the vocabularies may differ (it checks that both spell text)."""
+    if not own_tokenizer:
+        _check_one_vocabulary(target, draft)
+    target_device, draft_device = (next(lm.model.parameters()).device for lm in (target, draft))
+    if draft_device != target_device:  # q and p meet in one residual, both drawn with the run's one generator
+        raise OptionsError(f"draft {draft.name} is on {draft_device} but the target {target.name} is on "
+                           f"{target_device}; load both on the same device")
+
+
+def _check_one_vocabulary(target: LanguageModel, draft: LanguageModel) -> None:
     if getattr(target, "tokenizer", None) is not None and getattr(draft, "tokenizer", None) is not None:
         from . import models
 
@@ -257,11 +276,7 @@ def _check_pair(target: LanguageModel, draft: LanguageModel) -> None:
     if target.model.config.vocab_size != draft.model.config.vocab_size:
         raise OptionsError(f"draft {draft.name} has a vocabulary of {draft.model.config.vocab_size} tokens but the "
                            f"target {target.name} has {target.model.config.vocab_size}; pick a draft from the same "
-                           "model family")
-    target_device, draft_device = (next(lm.model.parameters()).device for lm in (target, draft))
-    if draft_device != target_device:  # q and p meet in one residual, both drawn with the run's one generator
-        raise OptionsError(f"draft {draft.name} is on {draft_device} but the target {target.name} is on "
-                           f"{target_device}; load both on the same device")
+                           "model family, or drafter 'cross-tokenizer', which re-tokenizes the draft's text")
 
 
 def _new_trace(options: DecodeOptions, target: LanguageModel, draft: LanguageModel | None, prompt,

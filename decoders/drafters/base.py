@@ -32,6 +32,7 @@ class DraftStop(StrEnum):
     BUDGET = "budget"  # max_new_tokens leaves no room for more drafts
     NO_MATCH = "no-match"  # prompt lookup found no earlier occurrence to copy
     EOS = "eos"  # a copied end-of-sequence token ends the draft
+    MID_CHARACTER = "mid-character"  # the committed text ends inside a character: no whole text to re-tokenize
     NONE = "none"  # nothing was drafted (limit 0)
 
 
@@ -42,6 +43,7 @@ class Proposal:
     checks: list[dict] = field(default_factory=list)  # the draft-length rule's per-position records
     reason: DraftStop = DraftStop.LIMIT  # why drafting stopped
     search: dict | None = None  # tree drafters: the candidate pool, reranked set and stop checks (trace.py)
+    retokenized: dict | None = None  # a draft with its own tokenizer: both tokenizations of the round (trace.py)
 
 
 class Drafter:

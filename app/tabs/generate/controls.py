@@ -81,22 +81,31 @@ def _registry() -> dict:
     return REGISTRY
 
 
-def drafts_for(model: str) -> list[str]:
-    """Registry models that can draft for this target (same family, so the same tokenizer), its pairing first.
+def drafts_for(model: str, drafter: str | None = None) -> list[str]:
+    """Registry models that can draft for this target, its pairing first: the same family (so the same tokenizer),
+    or for a drafter whose draft has a tokenizer of its own, any other model where the registry pairs one.
     A target outside the registry (a hub id, a local folder) may pair with any of them: checked when it loads."""
     registry = _registry()
     entry = registry.get(model)
     if entry is None:
         return list(registry)
+    if _own_tokenizer(drafter):
+        others = [name for name in registry if name != model] if entry.cross_draft else []
+        return sorted(others, key=lambda name: name != entry.cross_draft)
     family = [name for name, e in registry.items() if e.family == entry.family and name != model]
     return sorted(family, key=lambda name: name != entry.default_draft)
 
 
-def draft_choices(model: str) -> list[str]:
-    """The draft-model dropdown: "(registry pairing)" only where the registry pairs this target."""
+def draft_choices(model: str, drafter: str | None = None) -> list[str]:
+    """The draft-model dropdown: "(registry pairing)" only where the registry pairs this target (for this drafter)."""
     entry = _registry().get(model)
-    pairing = [DEFAULT_DRAFT] if entry is not None and entry.default_draft else []
-    return pairing + drafts_for(model)
+    paired = entry is not None and (entry.cross_draft if _own_tokenizer(drafter) else entry.default_draft)
+    return ([DEFAULT_DRAFT] if paired else []) + drafts_for(model, drafter)
+
+
+def _own_tokenizer(drafter: str | None) -> bool:
+    spec = registry.DRAFTERS.get(drafter) if drafter else None
+    return spec is not None and spec.own_tokenizer
 
 
 def has_head(model: str) -> bool:
@@ -140,7 +149,7 @@ def drafters_for(model: str) -> list[str]:
     """The drafter choices: the draft-model drafter only for a target that has a draft to pair with, the grown tree
     drafters only for one with a draft model or an EAGLE head to grow the tree (suffix decoding needs neither)."""
     chain = [d for d in registry.names(registry.DRAFTERS, Family.CHAIN)
-             if (drafts_for(model) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d)))
+             if (drafts_for(model, d) or not uses_draft_model(DecodeOptions(method="speculative", drafter=d)))
              and (d not in SELF_DRAFTERS or has_self_weights(model, d))]
     sources = tree_sources(model)
     return chain + [d for d in registry.names(registry.DRAFTERS, Family.TREE) if sources or not grown(d)]
@@ -157,7 +166,7 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     drafter = drafter if drafter in drafters else (OPENING.drafter if OPENING.drafter in drafters else drafters[0])
     rules = list(rules_for(drafter))
     rule = rule if rule in rules else rules[0]
-    drafts = draft_choices(model)
+    drafts = draft_choices(model, drafter)
     draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
     sources = tree_sources(model)
     source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
@@ -186,7 +195,7 @@ def control_value(name: str, options: DecodeOptions):
     if name == "eagle_head":  # the control says what the tree grows from; a folder or hub id is an API matter
         return FROM_DRAFT if value is None else FROM_HEAD
     if name == "draft_model":  # None: the pairing, where the registry has one for this target
-        pairing = DEFAULT_DRAFT if DEFAULT_DRAFT in draft_choices(options.model) else None
+        pairing = DEFAULT_DRAFT if DEFAULT_DRAFT in draft_choices(options.model, options.drafter) else None
         return value or pairing
     if name == "lam" and value is None:  # the rule's own default; a rule without λ leaves the slider at rest
         return initial_lam(options.rule) or initial_lam(RESTING_LAM_RULE)

@@ -143,8 +143,9 @@ def _controls() -> dict:
                                         "and how well it drafts).")
         c["draft_model"] = gr.Dropdown(draft_choices(d.model), value=shown["draft_model"]["value"],
                                        label="Draft model", allow_custom_value=not registry_only(),
-                                       info="Only for the draft-model drafter; must share the target's vocabulary "
-                                            "(qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b).")
+                                       info="For the draft-model and tree drafters it must share the target's "
+                                            "vocabulary (qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b); the "
+                                            "cross-tokenizer drafter takes another tokenizer (smollm2-135m).")
         c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule", label="Draft-length rule",
                              info=_registry_help(registry.RULES) + ". AdaEDL and max-confidence start from their own "
                                   "λ and adapt it to the running acceptance.")
@@ -261,6 +262,8 @@ def _outputs(initial: dict) -> dict:
                             info="Scrub through the rounds: the tree and the rule panel redraw that round.")
     o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round (drag to pan; zoom with the plot's toolbar)",
                         elem_id="sl-tree")
+    o["retokenized"] = gr.Plot(label="The draft's own tokens and the target's tokens they became (cross-tokenizer "
+                               "draft; hover a box)", elem_id="sl-retokenized", visible=False)
     with gr.Row(elem_id="sl-rule-row"):  # wraps to one plot per line on a narrow screen (theme.PAGE_CSS)
         o["positions"] = gr.Plot(initial.get("positions"), label="This round: why drafting stopped (rule or tree growth)",
                                   elem_id="sl-positions")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from decoders.trace import Trace
 
+from app.figures.retokenize import retokenize_figure
 from app.figures.rule import positions_figure, rounds_figure
 from app.figures.self_draft import exit_figure
 from app.figures import suffix
@@ -18,8 +19,8 @@ from app.figures.tree import tree_figure
 
 # The Generate tab's outputs, in the order every handler returns them (layout.py maps the names to components).
 OUTPUTS = ("status", "error", "text", "tree", "positions", "rounds", "stats", "stats_plot", "slider", "state",
-           "download", "legend", "self_draft", "store")
-ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend")  # what changes with the shown round
+           "download", "legend", "self_draft", "store", "retokenized")
+ROUND_OUTPUTS = ("tree", "positions", "rounds", "legend", "retokenized")  # what changes with the shown round
 from app.tabs.generate.controls import OPENING_TRACE  # noqa: E402  the recorded run the page opens on (controls.py)
 TRACE_DIR = Path(tempfile.gettempdir()) / "speclab-traces"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
@@ -41,7 +42,8 @@ def round_views(trace: Trace, index: int | None) -> dict:
     return {"tree": tree_figure(trace, index),
             "positions": this_round(trace, index),
             "rounds": over_run(trace, index),
-            "legend": legend_html(trace, index if trace.rounds else None)}
+            "legend": legend_html(trace, index if trace.rounds else None),
+            "retokenized": retokenized_update(trace, index)}
 
 
 def shown_round(trace: Trace) -> int:
@@ -115,6 +117,14 @@ def self_draft_update(trace: Trace) -> dict:
     import gradio as gr
 
     figure = exit_figure(trace)
+    return gr.update(value=figure, visible=figure is not None)
+
+
+def retokenized_update(trace: Trace, index: int | None) -> dict:
+    """The two tokenizations of a cross-tokenizer round (app/figures/retokenize.py), shown only for that drafter."""
+    import gradio as gr
+
+    figure = retokenize_figure(trace, index)
     return gr.update(value=figure, visible=figure is not None)
 
 

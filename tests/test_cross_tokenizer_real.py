@@ -1,0 +1,47 @@
+"""The cross-tokenizer drafter on the shipped weights: SmolLM2-135M (its own tokenizer) drafting for
+Qwen2.5-Coder-1.5B, float32, greedy output equal to the baseline token for token; the real tokenizers spell every
+probe and share tens of thousands of tokens. Loads the 1.5B (minutes on a 2-core CPU): marked slow."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoders import DecodeOptions, generate, retokenize
+
+pytestmark = pytest.mark.slow
+
+CODE_PROMPT = "Write a Python function that checks whether a string is a palindrome."
+CHAT_PROMPT = "Explain in two sentences why the sky is blue."
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from decoders.models import load_model
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield load_model("qwen2.5-coder-1.5b", dtype="float32"), load_model("smollm2-135m", dtype="float32")
+    torch.set_num_threads(previous)
+
+
+def test_the_real_tokenizers_spell_text_and_share_tokens():
+    from decoders.models import load_tokenizer
+
+    qwen, smol = (retokenize.spelling_of(load_tokenizer(n).tokenizer, n) for n in ("qwen2.5-coder-1.5b",
+                                                                                  "smollm2-135m"))
+    shared = retokenize.shared_pieces(smol, qwen, 49152, 151936)
+    assert len(shared) > 30000  # byte-level BPE on both sides: most of SmolLM2's vocabulary is one Qwen token
+    assert shared.target_of(2) == 151645  # SmolLM2's <|im_end|> is Qwen's end of turn
+
+
+@pytest.mark.parametrize("prompt", [CODE_PROMPT, CHAT_PROMPT])
+def test_smollm2_drafting_for_qwen_equals_the_baseline(pair, prompt):
+    target, draft = pair
+    base = generate(DecodeOptions(model="qwen2.5-coder-1.5b", max_new_tokens=32), prompt, target=target)
+    for rule in ("static", "adaedl"):
+        options = DecodeOptions(model="qwen2.5-coder-1.5b", method="speculative", drafter="cross-tokenizer",
+                                rule=rule, draft_quant="none", max_new_tokens=32)
+        trace = generate(options, prompt, target=target, draft=draft)
+        assert trace.output_ids == base.output_ids, rule
+        assert trace.totals["accepted"] > 0 and trace.totals["tau"] > 1.3  # the pair agrees often enough to help
+        assert any(len(n["pieces"]) != 1 for r in trace.rounds if r.retokenized for n in r.retokenized["nodes"])
