@@ -143,5 +143,6 @@ def test_the_code_writing_example_sets_a_target_that_has_a_draft(page):
     page.wait_for_timeout(1500)
     assert page.input_value("#sl-prompt textarea").startswith("Write a Python function")
     assert checked(page, "Drafter") == "draft-model"
-    assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip", "eagle1", "eagle2", "ddd"]
+    assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip", "cross-tokenizer", "eagle1", "eagle2",
+                                          "ddd", "suffix"]
     assert is_shown(page, "Draft model") and checked(page, "Draft-length rule") == "adaedl"

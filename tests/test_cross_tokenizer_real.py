@@ -44,4 +44,5 @@ def test_smollm2_drafting_for_qwen_equals_the_baseline(pair, prompt):
         trace = generate(options, prompt, target=target, draft=draft)
         assert trace.output_ids == base.output_ids, rule
         assert trace.totals["accepted"] > 0 and trace.totals["tau"] > 1.3  # the pair agrees often enough to help
-        assert any(len(n["pieces"]) != 1 for r in trace.rounds if r.retokenized for n in r.retokenized["nodes"])
+        if prompt == CODE_PROMPT:  # code's whitespace runs split differently; plain English words often do not
+            assert any(len(n["pieces"]) != 1 for r in trace.rounds if r.retokenized for n in r.retokenized["nodes"])
