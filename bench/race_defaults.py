@@ -43,7 +43,8 @@ def measure(prompt: str, tokens: int, methods: list[str]) -> list[dict]:
     runs = race.race_options({"model": "smollm2-135m", "dtype": "auto", "methods": methods, "max_new_tokens": tokens,
                               "temperature": 0.0, "seed": 0})
     with loaded(*runs):
-        traces = [Trace.from_dict(d) for d in race.race_runs([o.to_dict() for o in runs], prompt)]
+        traces = [Trace.from_dict(d) for d in race.race_runs([o.to_dict() for o in runs], prompt)
+                  if "running" not in d and "waiting" not in d]  # the race's ticks and waiting lines: no trace
     rows = [{**race_row(t, traces[0]), **round_facts(t)} for t in traces]  # round_facts: rounds, idle causes, load
     return [{k: row.get(k) for k in ("label", "tokens_per_second", "speedup", "spread", "tau", "acceptance_rate",
                                      "gamma", "identical", "rounds", "drafting", "cap_zero", "no_match", "load")}

@@ -72,3 +72,22 @@ def test_the_default_race_prompt_is_the_measured_winner():
     assert all(row["identical"] for row in rows) and all(row["speedup"] > 1.05 for row in rows[1:])
     best = {n: min(r["speedup"] for r in rs[1:]) for n, rs in measured["prompts"].items()}
     assert best[name] == max(best.values())
+
+
+def test_the_defaults_bench_reads_traces_past_the_race_s_ticks(monkeypatch, tiny):
+    """race_runs streams {"running": ...} ticks and {"waiting": ...} lines between its traces (the Race's Stop);
+    bench.race_defaults kept only traces (it crashed on the first tick: 'not a SpecLab trace')."""
+    import contextlib
+
+    from bench import race_defaults
+    from decoders import DecodeOptions, generate
+
+    traces = [generate(DecodeOptions(max_new_tokens=8, record=False), "abcabc", target=tiny).to_dict(),
+              generate(DecodeOptions(method="speculative", drafter="prompt-lookup", max_new_tokens=8, record=False),
+                       "abcabc", target=tiny).to_dict()]
+    stream = [{"waiting": "a Generate run holds the slot"}, {"running": 0, "phase": "its warm-up"}, traces[0],
+              {"running": 1, "phase": "timed run 1 of 3"}, traces[1]]
+    monkeypatch.setattr(race_defaults, "loaded", lambda *runs: contextlib.nullcontext())
+    monkeypatch.setattr(race_defaults.race, "race_runs", lambda options, prompt: iter(stream))
+    rows = race_defaults.measure("abcabc", 8, runs.DEFAULT_METHODS[:1])
+    assert len(rows) == 2 and rows[0]["label"] == "autoregressive baseline" and rows[1]["identical"]
