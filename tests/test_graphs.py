@@ -88,7 +88,8 @@ def test_the_readout_reads_what_verify_and_the_recorder_read(tiny):
         readout = read_round(tree, logits, p, record=True)
         assert readout.argmax == logits.argmax(-1).tolist()
         values, ids = logits.topk(TOP_LOGITS, dim=-1)
-        assert readout.top == [[[i, v] for i, v in zip(row_i, row_v)] for row_i, row_v in zip(ids.tolist(), values.tolist())]
+        want = [[[i, v] for i, v in zip(row_i, row_v)] for row_i, row_v in zip(ids.tolist(), values.tolist())]
+        assert readout.top == want  # (N+1) rows of the TOP_LOGITS best [id, logit]
         shown = raw_probs(logits) if p is None else p
         assert readout.shown == pytest.approx([float(shown[tree.parents[i], tree.tokens[i]]) for i in range(1, 5)])
     assert read_round(tree, logits, None, record=False).shown is None
