@@ -263,9 +263,11 @@ class TreeCostRule(DraftRule):
     steps: int  # most expansion steps (the shape's D or n)
     kappa: float = 1.0
     kappa_decay: float = 0.7
+    learn_kappa: bool = True  # False: the drafter calibrates its values itself (suffix decoding, by match length)
     c_decay: float = 0.7
     last: dict = field(default_factory=dict)
     name = "static"  # the tree's own rule name in traces (its depth bound); the decisions go under "controller"
+    prices_trees = True
 
     def limit(self) -> int:
         self.last = {}  # a round cut short by the token budget grows nothing and decides nothing
@@ -283,11 +285,12 @@ class TreeCostRule(DraftRule):
         best = max(self._rates(pool_values, steps, len(pool_values)), default=1.0)
         return self.kappa * sum(frontier_values) > best * self.c
 
-    def tree_size(self, values: list[float], steps: int, most: int) -> int:
-        rates = self._rates(values, steps, most)
-        m = max(range(len(rates)), key=lambda i: (rates[i], -i)) + 1  # ties: the smaller tree
-        self.last = {"m": m, "steps": steps, "kappa": self.kappa, "c": self.c,
-                      "gain": [1.0 / (steps * self.c + 1.0)] + rates, "predicted": self.kappa * sum(values[:m])}
+    def tree_size(self, values: list[float], steps: int, most: int, least: int = 1) -> int:
+        """M in least..most with the best rate; M = 0 (least 0) is the baseline's step: no draft sent."""
+        gain = [1.0 / (steps * self.c + 1.0)] + self._rates(values, steps, most)  # gain[M], M = 0..most
+        m = max(range(least, most + 1), key=lambda i: (gain[i], -i), default=least)  # ties: the smaller tree
+        self.last = {"m": m, "steps": steps, "kappa": self.kappa, "c": self.c, "gain": gain,
+                     "predicted": self.kappa * sum(values[:m])}
         return m
 
     def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
@@ -298,7 +301,7 @@ class TreeCostRule(DraftRule):
 
     def update(self, n_accepted: int, n_drafted: int) -> dict:
         predicted = self.last.get("predicted", 0.0) / max(self.kappa, 1e-9)  # the uncalibrated Σ v of what was sent
-        if n_drafted > 0 and predicted > 0:
+        if self.learn_kappa and n_drafted > 0 and predicted > 0:
             ratio = min(max(n_accepted / predicted, 0.05), 20.0)
             self.kappa = self.kappa_decay * self.kappa + (1 - self.kappa_decay) * ratio
         return {"controller": {**self.last, "cap": self.last["m"]}} if self.last else {}

@@ -184,8 +184,8 @@ class DecodeOptions:
         checked where the drafter's spec reads it (registry.DRAFTERS[...].fields), never by the drafter's name."""
         _one_of("controller", self.controller, CONTROLLERS)
         if self.controller == "cost" and "controller" not in spec.fields:
-            raise OptionsError(f"the cost controller sizes trees grown by a model; {spec.label} sizes its tree by "
-                               f"how long its match is: use controller 'off' with drafter '{self.drafter}'")
+            raise OptionsError(f"{spec.label} has no cost controller (its tree's size is its own rule): use "
+                               f"controller 'off' with drafter '{self.drafter}'")
         if "tree_k" in spec.fields:
             _int_range("tree_k", self.tree_k, 1, MAX_WIDTH_LIMIT)
         if "tree_m" in spec.fields:

@@ -98,6 +98,7 @@ class DrafterSpec:
     batched: str | None = None  # its form for B rows at once: a key of decoders/batch/drafters.py FORMS ("per-row":
     #                             one of it per row, for drafters without model state); None: no batched form
     own_tokenizer: bool = False  # True: its draft model may have another tokenizer (the API checks it can spell text)
+    calibrated: bool = False  # TREE: its node values are calibrated chances already (the cost controller keeps κ 1)
 
     def __post_init__(self):
         if self.family == Family.TREE and None in (self.depth, self.nodes, self.describe):
@@ -275,7 +276,8 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
                 nodes=_tree_nodes, describe=_grown_tree,
                 help="EAGLE-2 that stops growing when the tree's confidence falls (Dynamic Depth Decoding)"),
     DrafterSpec("suffix", Family.TREE, "suffix decoding",
-                ("suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"), _suffix, offers_q=False,
+                ("suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob", "controller"), _suffix,
+                offers_q=False, calibrated=True,
                 cost_prior=lambda ctx: 0.0, depth=lambda o: o.suffix_tokens, nodes=lambda o: o.suffix_tokens,
                 describe=lambda o: f"suffix tree (≤{o.suffix_tokens} nodes, {o.suffix_factor:g}×match, "
                                    f"p ≥ {o.suffix_min_prob:g})",
@@ -365,8 +367,11 @@ def build_rule(options: Options, costs: "RunCosts | None" = None) -> DraftRule |
     from .controller import CostAwareRule, TreeCostRule
 
     if is_tree(options):
-        steps = drafter(options.drafter).depth(options)
-        return TreeCostRule(costs.t, costs.c, steps) if controlled else StaticRule(steps)
+        spec = drafter(options.drafter)
+        steps = spec.depth(options)
+        if not controlled:
+            return StaticRule(steps)
+        return TreeCostRule(costs.t, costs.c, steps, learn_kappa=not spec.calibrated)
     built = rule(options.rule).build(options)
     return CostAwareRule(built, costs.t, costs.c, verify_share=costs.verify_share) if controlled else built
 

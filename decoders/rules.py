@@ -19,6 +19,7 @@ class DraftRule:
 
     name = "rule"
     needs_distribution = False  # True: the drafter must offer a distribution (prompt lookup has none)
+    prices_trees = False  # True: tree_size weighs the nodes' values against this machine's verification cost
 
     def limit(self) -> int:
         raise NotImplementedError
@@ -38,8 +39,9 @@ class DraftRule:
         """Trees: expand the frontier once more? (values: path probabilities; the pool's best first)"""
         return True
 
-    def tree_size(self, values: list[float], steps: int, most: int) -> int:
-        """Trees: how many of the pool's best nodes (values, best first) to send to the target, at most `most`."""
+    def tree_size(self, values: list[float], steps: int, most: int, least: int = 1) -> int:
+        """Trees: how many of the pool's best nodes (values, best first) to send to the target, at most `most`
+        (at least `least`: 0 lets a drafter whose draft cost nothing send no draft at all)."""
         return most
 
     def state(self) -> dict:

@@ -59,11 +59,14 @@ RoundRecord
         target, in tree node order: chosen[i] is tree node i+1], ddd: [{step, H, x, stop}] (DDD's checks only)}
         suffix decoding (decoders/drafters/suffix.py) fills the same fields (pool value = the count-estimated
         probability, the product of count / of down the path; step = depth; frontier and ddd empty; stop "cap" |
-        "min-prob" | "no-match" | "budget"; every drafted node is sent, then the candidates the cap left out) and
+        "min-prob" | "no-match" | "budget" | "cost"; the sent nodes, then the candidates the cap or, with controller
+        "cost", the price left out) and
         adds: source ("this run" | "earlier outputs"), match (the tail's token ids), match_texts, match_len, cap
         (min(suffix_tokens, floor(factor · match_len))), score (sum of the drafted nodes' values), factor,
         min_prob, store {outputs, tokens}; each pool entry also has count and of (the continuation followed its
-        parent string `count` of the `of` times that string occurred)
+        parent string `count` of the `of` times that string occurred) and chance (controller "cost": the calibrated
+        chance it is accepted, value × trust^depth, else None); trust (the calibration of this match length's class:
+        steps the target took ÷ their estimated chance, drafters/suffix.py StepCalibration)
   totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
         measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
         totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)

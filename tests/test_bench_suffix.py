@@ -42,15 +42,17 @@ def test_the_arms_run_equal_the_baseline_and_the_targets_read():
     result = {"settings": {"target": "tiny", "dtype": "float32", "per_kind": 1, "chains": 1, "reps": 1,
                            "max_new_tokens": 12, "threads": 1, "machine": "test", "command": "x", "minutes": 0.0},
               "tables": tables, "identical": "all", "verdicts": suffix.verdicts(tables)}
-    assert [v["kind"] for v in result["verdicts"]] == ["code-editing", suffix.MULTI_TURN, "chat"]
+    assert [(v["arm"], v["kind"]) for v in result["verdicts"]] == [
+        (arm, kind) for arm in (suffix.HEADLINE, "ours/suffix") for kind in ("code-editing", suffix.MULTI_TURN, "chat")]
     text = suffix.markdown(result)
     assert text.count("## ") == 4 and "suffix decoding ÷ the better prompt lookup" in text
 
 
 def test_the_verdict_is_against_the_better_prompt_lookup():
-    tables = {"chat": [{"method": "ours/suffix", "over_prompt_lookup": {"ours/prompt-lookup": 1.3,
-                                                                       "ours/prompt-lookup-cost": 0.9}}]}
-    assert suffix.verdicts(tables) == [{"kind": "chat", "goal": 0.95, "ratio": 0.9, "met": False}]
+    tables = {"chat": [{"method": "ours/suffix", "label": "s", "over_prompt_lookup": {"ours/prompt-lookup": 1.3,
+                                                                                   "ours/prompt-lookup-cost": 0.9}}]}
+    assert suffix.verdicts(tables) == [{"arm": "ours/suffix", "label": "s", "kind": "chat", "goal": 0.95, "ratio": 0.9,
+                                        "met": False}]
 
 
 def test_the_vllm_style_ngram_arm_matches_only_tails_of_its_lengths(tiny):
@@ -95,8 +97,9 @@ def test_tuning_picks_the_factor_with_the_best_estimate(tiny):
     prompts = [Prompt("t-edit", "code-editing", "", [3, 9, 4, 1, 7, 22, 5, 3, 9, 4, 1, 7]),
                Prompt("t-chat", "chat", "", [5, 8, 2])]
     result = suffix.tune(tiny, prompts, 16, lambda n, tree: 1.0 + 0.1 * (n - 1))
-    suffix_arms = [k for k in result["overall"] if k.startswith("ours/suffix")]
+    suffix_arms = [k for k in result["overall"] if k.startswith("ours/suffix-f")]
     assert len(suffix_arms) == len(suffix.TUNE_FACTORS) and "ours/prompt-lookup" in result["estimates"]
+    assert len([k for k in result["overall"] if k.startswith("ours/suffix-cost-f")]) == len(suffix.TUNE_FACTORS)
     eligible = result["never_below_lookup"] or suffix_arms
     assert result["best"] in eligible
     assert result["overall"][result["best"]] == max(result["overall"][k] for k in eligible)

@@ -109,7 +109,7 @@ REPEATING = [3, 9, 4, 1, 7, 22, 5, 3, 9, 4, 1, 7]
 @pytest.mark.parametrize("prompt", [[7], [3, 9, 4, 1, 7, 22, 5], REPEATING])
 @pytest.mark.parametrize("length", [1, 9, 40])
 @pytest.mark.parametrize("settings", [{}, dict(suffix_factor=4.0, suffix_min_prob=0.0, suffix_tokens=24),
-                                      dict(suffix_depth=3, suffix_tokens=2)])
+                                      dict(suffix_depth=3, suffix_tokens=2), dict(controller="cost")])
 def test_greedy_equals_the_baseline(tiny, prompt, length, settings):
     expected = baseline_ids(tiny, prompt, length)
     store = SuffixStore()
@@ -193,6 +193,66 @@ def test_the_statistical_test_catches_a_wrong_residual(small, monkeypatch):
     assert pvalue < BOUND, f"the mutated residual went unnoticed (chi-square p = {pvalue:.2e})"
 
 
+# ---- the cost controller: how much of the draft to send --------------------------------------------------------
+
+def priced_round(drafter, rule, ids):
+    rule.limit()
+    return drafter.propose(ids, 16, rule, None, None, True)
+
+
+def test_the_cost_controller_sends_nothing_once_short_matches_keep_failing():
+    """Chat: tails of a token or two recur, and the counts say "always followed by x" from one occurrence, but the
+    target rejects them. The calibration learns that and the drafter stops sending (a draft costs no forward, so
+    sending nothing is the plain step); the unsent candidates stay in the trace's pool."""
+    from decoders.controller import TreeCostRule
+    from decoders.drafters.suffix import Settings, SuffixDrafter
+
+    rule = TreeCostRule(t=lambda n: 1 + 0.15 * (n - 1), c=0.0, steps=16, learn_kappa=False)  # about SmolLM2's CPU
+    drafter = SuffixDrafter(Settings(depth=24, max_tokens=16, factor=2.0, min_prob=0.1))
+    ids = [5, 6, 7, 8, 9, 1, 2, 40, 41, 42, 1, 2]  # "1 2" occurred once, followed by 40 41 42 1
+    drafter.start(ids)
+    sent = []
+    for _ in range(8):
+        proposal = priced_round(drafter, rule, ids)
+        sent.append(proposal.tree.n_drafted)
+        drafter.observe(len(ids), 0, path=[])  # the target rejected the first draft every time
+        rule.update(0, proposal.tree.n_drafted)
+    assert sent[0] == 3  # the prior trust 0.7: chances .7 .49 .34 .24, and the fourth costs more than it adds
+    assert sent[-1] == 0 and sent == sorted(sent, reverse=True)
+    search = proposal.search
+    assert search["stop"] == "cost" and search["chosen"] == []
+    assert [entry["chance"] is not None for entry in search["pool"]] == [True] * 4 + [False]  # + one past the cap
+    assert search["trust"] < 0.15 and rule.kappa == 1.0  # the drafter calibrates; the rule's κ stays put
+
+
+def test_the_calibration_is_kept_per_match_length_at_each_step():
+    from decoders.drafters.suffix import StepCalibration
+    from decoders.drafters.suffix_tree import Candidate, Draft
+
+    calibration = StepCalibration()
+    short = Draft(match_len=1, nodes=[Candidate(40, -1, 1.0, 1, 1, 1), Candidate(41, 0, 1.0, 1, 1, 2)])
+    long = Draft(match_len=12, nodes=[Candidate(7, -1, 0.5, 1, 2, 1), Candidate(8, -1, 0.5, 1, 2, 1),
+                                      Candidate(9, 0, 0.5, 1, 1, 2)])
+    for _ in range(5):
+        calibration.observe(short, [])  # the first step missed: one tested step (a 1-token match), chance 1
+        calibration.observe(long, [0, 2])  # two steps taken (chances 1 and 1), then no drafted child: untested
+    assert calibration.rate(1) < 0.3 < 0.95 < calibration.rate(12) == calibration.rate(9)
+    assert calibration.rate(2) == 0.7  # an untouched class keeps its prior
+    a1, a2 = calibration.rate(1), calibration.rate(2)  # the short draft's second step continues a 2-token match
+    assert calibration.chances(short) == pytest.approx([a1, a1 * a2])
+    assert calibration.chances(long) == pytest.approx([0.5 * calibration.rate(12)] * 2 + [0.5 * calibration.rate(12) ** 2])
+
+
+def test_the_cost_controller_keeps_long_rounds_where_drafts_are_accepted(tiny):
+    answer = baseline_ids(tiny, REPEATING, 40)
+    store = SuffixStore()
+    store.add(answer)
+    trace = generate(suffix(max_new_tokens=40, controller="cost"), REPEATING, target=tiny, store=store)
+    assert trace.output_ids == answer
+    assert max(r.n_accepted for r in trace.rounds) >= 8 and len(trace.rounds) <= 10
+    assert all(r.rule["controller"]["m"] == r.n_drafted for r in trace.rounds if r.rule and r.rule.get("controller"))
+
+
 # ---- the store, the options, the registry --------------------------------------------------------------------------
 
 def test_the_store_is_bounded_first_in_first_out_and_its_tree_follows():
@@ -216,7 +276,6 @@ def test_the_store_is_bounded_first_in_first_out_and_its_tree_follows():
     (dict(suffix_tokens=0), "suffix_tokens must be a whole number from 1 to"),
     (dict(suffix_factor=0.0), "suffix_factor must be above 0"),
     (dict(suffix_min_prob=1.5), "suffix_min_prob is a probability"),
-    (dict(controller="cost"), "suffix decoding sizes its tree by how long its match is: use controller 'off'"),
     (dict(draft_model="smollm2-135m"), "draft_model only applies to drafter"),
 ])
 def test_bad_settings_get_a_fix(fields, message):
@@ -229,7 +288,8 @@ def test_one_class_and_one_registry_line():
     assert spec.family == registry.Family.TREE and not spec.offers_q and not registry.uses_draft_model(suffix())
     assert registry.label(suffix()) == "speculative · suffix tree (≤16 nodes, 2×match, p ≥ 0.1)"
     assert suffix().fields_in_use() >= {"suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"}
-    assert "controller" not in suffix().fields_in_use()
+    assert "controller" in suffix().fields_in_use()  # the cost controller prices the tree it sends
+    suffix(controller="cost").validate()
 
 
 def test_a_tree_drafter_must_say_its_depth_and_label():

@@ -35,19 +35,27 @@ def headline(trace: Trace, rnd: RoundRecord) -> str:
     head = f"Round {rnd.index + 1}/{len(trace.rounds)}: "
     if not search.get("match_len"):
         return head + "no tail of the text occurred before: nothing to copy, a plain target step"
-    return (head + f"the last {search['match_len']} tokens occurred in {search.get('source', 'the text')}; "
-            f"{rnd.n_drafted} drafts (cap {search.get('cap')}), {rnd.n_accepted} accepted")
+    found = f"the last {search['match_len']} tokens occurred in {search.get('source', 'the text')}; "
+    if search.get("stop") == "cost" and not rnd.n_drafted:
+        return head + found + "no draft sent: the cost controller found none worth its verification (a plain step)"
+    return head + found + f"{rnd.n_drafted} drafts (cap {search.get('cap')}), {rnd.n_accepted} accepted"
 
 
 def node_lines(entry: dict) -> list[str]:
     """The hover lines of one drafted or left-out node: its count and its estimate."""
-    return [f"followed its parent string {entry['count']} of the {entry['of']} times that string occurred",
-            f"estimated probability (count ÷ occurrences, multiplied down the path) = {sig(entry['value'])}"]
+    lines = [f"followed its parent string {entry['count']} of the {entry['of']} times that string occurred",
+             f"estimated probability (count ÷ occurrences, multiplied down the path) = {sig(entry['value'])}"]
+    if entry.get("chance") is not None:  # controller "cost" priced the draft
+        lines.append(f"calibrated chance the target accepts it (the counts × how often the target took such steps "
+                     f"at this match length) = {sig(entry['chance'])}")
+    return lines
 
 
 def left_out_hover(entries: list[dict], shown: int = 6) -> str:
     """The tree's grey "+n" node: continuations that passed the minimum probability but not the cap."""
-    lines = [f"<b>{len(entries)} continuations above the minimum probability, left out by the cap</b>"]
+    priced = any(entry.get("chance") is not None for entry in entries)
+    why = "by the cap or by their price (the cost controller)" if priced else "by the cap"
+    lines = [f"<b>{len(entries)} continuations above the minimum probability, left out {why}</b>"]
     for entry in entries[:shown]:
         token = html.escape(repr(entry.get("text", f"id {entry['token']}")))
         lines.append(f"{token}: followed {entry['count']} of {entry['of']} times, estimate {sig(entry['value'])}")

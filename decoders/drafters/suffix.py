@@ -2,6 +2,11 @@
 tail of the text against a suffix tree and drafts a tree of the continuations that followed it, weighted by how
 often each did, as many tokens as the match is long (decoders/drafters/suffix_tree.py has the algorithm).
 
+With controller "cost" (decoders/controller.py TreeCostRule) a round sends only the best prefix of its draft by
+expected tokens per unit of this machine's verification cost, none when no prefix beats the plain step; the counts'
+estimates are calibrated first by how often the target took a drafted step after a match of that length
+(StepCalibration).
+
 Two trees, as in the paper: one over this run's prompt and output, grown as tokens are committed, and one over a
 store of earlier outputs (SuffixStore: the visitor's, passed in through the API; bounded, first in first out). Each
 round drafts from both and sends the better-scoring tree. Candidates are chosen, not sampled, so the tree is verified
@@ -9,7 +14,8 @@ as Flavor.DETERMINISTIC (point-mass proposals): lossless at any temperature (dec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
 
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal
@@ -26,6 +32,64 @@ class Settings:
     max_tokens: int  # most draft nodes per round
     factor: float  # a match of L tokens earns at most floor(factor * L) draft nodes
     min_prob: float  # a candidate whose estimated probability is below this is not drafted
+
+
+MATCH_CLASSES = (1, 2, 4, 8)  # match lengths 1 | 2 | 3-4 | 5-8 | 9 and up: one calibration each
+
+
+@dataclass
+class StepCalibration:
+    """How far to trust the counts, by how long the match is at each drafted step: a step at depth d after a match
+    of L tokens continues a match of L + d - 1 tokens (if the drafts above it are accepted, they match too), and each
+    class of that length learns a = decayed steps the target took ÷ decayed estimated chance of the steps tested. A
+    node's calibrated chance is the product down its path of count / of × a(its class). A step is tested when the
+    target reached the node above it: taken if it accepted one of the drafted children, else the round's first miss.
+    Why: one occurrence reads "followed by x, p = 1"; on the bench's chat prompts the target took such a draft after
+    a one- or two-token match about one time in ten (0.1 accepted a round), while ten tokens into a copied span it
+    takes nearly every one. One trust for every step (a^depth) made long copies look improbable: replayed on the
+    tuning prompts it sent a fifth less on code editing than the counts alone. The prior 0.7 and a memory of about
+    ten tested steps per class (decay 0.9) follow AcceptanceEstimate (decoders/controller.py)."""
+
+    prior: float = 0.7
+    strength: float = 2.0
+    decay: float = 0.9
+    taken: list[float] = field(default_factory=list)
+    expected: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.taken = [self.prior * self.strength] * (len(MATCH_CLASSES) + 1)
+        self.expected = [self.strength] * (len(MATCH_CLASSES) + 1)
+
+    @staticmethod
+    def klass(match_len: int) -> int:
+        return bisect.bisect_left(MATCH_CLASSES, match_len)
+
+    def rate(self, match_len: int) -> float:
+        """a for a step that continues a match of match_len tokens."""
+        k = self.klass(match_len)
+        return min(1.0, max(0.01, self.taken[k] / self.expected[k]))
+
+    def chances(self, draft: Draft) -> list[float]:
+        """Each drafted node's calibrated chance of acceptance (parents come before children in draft.nodes)."""
+        out: list[float] = []
+        for node in draft.nodes:
+            above = out[node.parent] if node.parent >= 0 else 1.0
+            out.append(above * node.count / node.of * self.rate(draft.match_len + node.depth - 1))
+        return out
+
+    def observe(self, draft: Draft, path: list[int]) -> None:
+        """Learn from a verified round: `path` holds the accepted draft indices in order (the tree's node ids - 1)."""
+        parent = -1
+        for depth in range(1, len(path) + 2):
+            kids = [node for node in draft.nodes if node.parent == parent]
+            if not kids:
+                return
+            k, taken = self.klass(draft.match_len + depth - 1), depth <= len(path)
+            self.taken[k] = self.decay * self.taken[k] + taken
+            self.expected[k] = self.decay * self.expected[k] + min(1.0, sum(node.count / node.of for node in kids))
+            if not taken:
+                return
+            parent = path[depth - 1]
 
 
 class SuffixStore:
@@ -98,6 +162,8 @@ class SuffixDrafter(Drafter):
         self.store = store
         self.earlier = store.tree(settings.depth) if store is not None and store.outputs else None
         self.own: Growing | None = None  # this run's prompt and output, in a tree of their own
+        self.calibration = StepCalibration()  # how far the counts are trusted (controller "cost" prices with it)
+        self.sent = Draft()  # the last round's draft as sent, for observe()
 
     def start(self, ids: list[int], features=None) -> None:
         self.own = Growing(SuffixTree(self.settings.depth), ids)
@@ -111,12 +177,31 @@ class SuffixDrafter(Drafter):
         if limit <= 0:
             return Proposal(tree, reason=DraftStop.BUDGET)
         draft, source = self._best(ids, limit)
+        priced = self._price(draft, rule)
+        self.sent = draft
         for node in draft.nodes:  # parents come before children (a child is found only once its parent is drafted)
             tree.add(node.parent + 1, node.token, None)  # no q: a point mass (its counts are in the search)
-        proposal = Proposal(tree, reason=_reason(draft, limit))
+        proposal = Proposal(tree, reason=DraftStop.RULE if priced else _reason(draft, limit))
         if record:
-            proposal.search = self._search(draft, source, ids, proposal.reason)
+            proposal.search = self._search(draft, source, ids, "cost" if priced else proposal.reason)
         return proposal
+
+    def observe(self, n_before, n_accepted, path=None, features=None) -> None:
+        self.calibration.observe(self.sent, [node - 1 for node in (path or [])[:n_accepted]])
+
+    def _price(self, draft: Draft, rule) -> bool:
+        """Controller "cost": send the prefix of the draft, best first by calibrated chance, that the rule finds
+        worth most tokens per unit of verification cost (TreeCostRule.tree_size; a suffix draft costs no forward, so
+        sending nothing is the plain step). Returns whether nodes were held back: they join draft.left."""
+        if rule is None or not rule.prices_trees or not draft.nodes:
+            return False
+        _best_first(draft, self.calibration.chances(draft))  # a child is less likely than its parent: prefixes are trees
+        keep = rule.tree_size([node.chance for node in draft.nodes], 0, len(draft.nodes), least=0)
+        if keep >= len(draft.nodes):
+            return False
+        draft.left = draft.nodes[keep:] + draft.left  # parent indices into the pool stay valid
+        draft.nodes = draft.nodes[:keep]
+        return True
 
     def _best(self, ids: list[int], limit: int) -> tuple[Draft, str]:
         s = self.settings
@@ -127,28 +212,44 @@ class SuffixDrafter(Drafter):
                           EARLIER))
         return max(found, key=lambda pair: pair[0].score)  # the earlier outputs win only with a better score
 
-    def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop) -> dict:
+    def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop | str) -> dict:
         """The trace's RoundRecord.search (schema in decoders/trace.py): the pool is the drafted nodes (all sent)
         then the candidates that passed min_prob but not the cap; value = the count-estimated probability."""
         sent = len(draft.nodes)
         pool = [{"id": i, "parent": node.parent, "token": node.token, "value": node.prob, "depth": node.depth,
-                 "step": node.depth, "count": node.count, "of": node.of}
+                 "step": node.depth, "count": node.count, "of": node.of,
+                 "chance": node.chance}
                 for i, node in enumerate(draft.nodes + draft.left)]
         store = self.store.summary() if self.store is not None else {"outputs": 0, "tokens": 0}
         return {"method": "suffix", "flavor": Flavor.DETERMINISTIC, "steps": max((n.depth for n in draft.nodes),
                                                                                   default=0),
                 "stop": {DraftStop.LIMIT: "cap", DraftStop.RULE: "min-prob", DraftStop.NO_MATCH: "no-match",
-                         DraftStop.BUDGET: "budget"}.get(reason, str(reason)),
+                         DraftStop.BUDGET: "budget", "cost": "cost"}.get(reason, str(reason)),
                 "pool": pool, "frontier": [], "chosen": list(range(sent)), "ddd": [],
                 "source": source, "match": list(ids[len(ids) - draft.match_len:]) if draft.match_len else [],
                 "match_len": draft.match_len, "cap": draft.cap, "score": draft.score,
-                "factor": self.settings.factor, "min_prob": self.settings.min_prob, "store": store}
+                "factor": self.settings.factor, "min_prob": self.settings.min_prob, "store": store,
+                "trust": self.calibration.rate(draft.match_len) if draft.match_len else None}
 
     def summary(self) -> dict:
         return {"suffix_store_outputs": len(self.store.outputs) if self.store is not None else 0}
 
     def close(self) -> None:
         self.own = None  # the run's own tree; the store's stays with the store
+
+
+def _best_first(draft: Draft, chances: list[float]) -> None:
+    """Reorder draft.nodes (and remap every parent index, draft.left's too) by calibrated chance, best first, and
+    note each node's chance; ties keep the count order, in which parents come first."""
+    order = sorted(range(len(draft.nodes)), key=lambda i: -chances[i])
+    where = {old: new for new, old in enumerate(order)}
+    nodes = [draft.nodes[i] for i in order]
+    for node, i in zip(nodes, order):
+        node.chance = chances[i]
+    for node in nodes + draft.left:
+        if node.parent >= 0:
+            node.parent = where[node.parent]
+    draft.nodes = nodes
 
 
 def _reason(draft: Draft, limit: int) -> DraftStop:

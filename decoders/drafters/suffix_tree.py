@@ -56,6 +56,7 @@ class Candidate:
     count: int
     of: int
     depth: int
+    chance: float | None = None  # calibrated chance of acceptance, where the cost controller priced the draft
 
 
 @dataclass
