@@ -2,18 +2,23 @@
 
 For a chain, the cap L on this round's drafts maximises the expected committed tokens per unit of time,
 
-    gain(L) = E(L) / (L·c + t(L + 1)),    E(L) = (1 − α^(L+1)) / (1 − α)     (Leviathan et al. 2023, Thm 3.8)
+    gain(L) = E(L) / (L·c + t(L + 1)),    E(L) = 1 + Σ_{k ≤ L} α_1 ··· α_k
 
 with the measured verification cost t(n)/t(1) of this machine (decoders/costs.py) in place of Leviathan's t = 1
-(Sequoia's hardware-aware form), c = one draft step / one target step, and α the acceptance probability per drafted
-token. gain(0) = 1 is the baseline, so the controller drafts nothing when nothing pays. The draft-length rule it
-wraps (AdaEDL, max-confidence) still judges every position inside the cap, but its stop is priced: the rule's bound
-with its constant λ says whether a token is doubtful, and the controller stops at a doubtful position only when
-drafting it does not pay: its distribution is already computed, so the token costs only t(k+1) − t(k), and
-below the cap one more draft forward c, which buys the next token with chance α; drafting on pays when
-reach·a_doubt·(1 + α) ≥ rate·(c + t(k+2) − t(k)) (at the cap: reach·a_doubt ≥ rate·(t(k+1) − t(k))). reach, the
-chance the drafts before it are accepted; a_doubt, how often the target accepted doubtful drafts in this run;
-rate, the expected tokens per unit cost of the chosen cap (TreeCostRule.keep_growing's test, token by token).
+(Sequoia's hardware-aware form), c = one draft step / one target step, and α_k the chance the target accepts the
+draft at depth k once it accepted those above it. With one α for every depth this is Leviathan et al. 2023's
+E(L) = (1 − α^(L+1)) / (1 − α) (Thm 3.8); acceptance is not i.i.d., though: on code a draft that survived its first
+tokens is copying a line the target writes too, so deep positions are taken far more often than the first (the
+cross-tokenizer SmolLM2 → Qwen-1.5B runs: α ≈ 0.75 overall, caps of 2, τ 3.0, where AdaEDL's own L_max 8 accepted
+whole rounds of 7 to 8 drafts, τ 6.0). gain(0) = 1 is the baseline, so the controller drafts nothing when nothing
+pays. The draft-length rule it wraps (AdaEDL, max-confidence) still judges every position inside the cap, but its
+stop is priced: the rule's bound with its constant λ says whether a token is doubtful, and the controller stops at a
+doubtful position only when drafting it does not pay: its distribution is already computed, so the token costs only
+t(k+1) − t(k), and below the cap one more draft forward c, which buys the next token with chance α_(k+1); drafting
+on pays when reach·a_doubt·(1 + α_(k+1)) ≥ rate·(c + t(k+2) − t(k)) (at the cap: reach·a_doubt ≥ rate·(t(k+1) −
+t(k))). reach, the chance the drafts before it are accepted; a_doubt, how often the target accepted doubtful drafts
+in this run; rate, the expected tokens per unit cost of the chosen cap (TreeCostRule.keep_growing's test, token by
+token).
 Why: on the Qwen pair's chat prompts the cap was 3.6 on average after the warm-up, yet AdaEDL at λ 0.5 (its λ
 moves by at most 0.001 a round) stopped 15 of 21 rounds inside it (1.5 drafts a round), 12 of those fully
 accepted, and along the greedy output the target accepted 64% of the draft's tokens whose bound was below λ: far
@@ -24,7 +29,9 @@ at temperature 0 a pair trained alike agrees on the argmax more often than the d
 machine (a costlier verification: shorter caps):
 - α: acceptances S and rejections F, decayed by `decay` per tested position, from a weak prior; a round that
   stopped by its rule or its cap without a rejection adds no failure. α = S / (S + F) is the MLE of a geometric
-  acceptance run.
+  acceptance run. α_k: the same decayed counts per class of depths (1, 2, 3, 4, 5-6, 7-8, 9-12, 13-16, 17+; a
+  class decays when one of its positions is tested), each shrunk toward α by two pseudo-positions, so a depth seen
+  rarely reads about α and the curve is Leviathan's until the run has shown otherwise.
 - c: seconds per draft forward over seconds per target step, where a target step = verification seconds / t(n) of
   that round's n; an exponential moving average of the rounds' own timings (the loop reports them; its draft lap
   times drafting alone, not the previous round's recording or this round's limit()).
@@ -52,6 +59,7 @@ sampled run, use a fixed rule (static γ, AdaEDL with a fixed L_max) instead of 
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -59,7 +67,6 @@ from typing import Callable
 import torch
 
 from .rules import DraftRule
-from .stats import expected_tokens
 
 MAX_CAP = 32  # longest chain the controller considers (the verification curve is measured up to 64)
 PROBE_SHARE = 0.1  # at most this share of the undrafted rounds' time goes to probing (see the module docstring)
@@ -89,9 +96,11 @@ class AcceptanceEstimate:
     decay: float = 0.9
     successes: float = field(init=False)
     failures: float = field(init=False)
+    by_depth: list = field(init=False)  # DepthCounts per class of DEPTH_CLASSES: acceptance once the ones above were
 
     def __post_init__(self) -> None:
         self.successes, self.failures = self.prior * self.strength, (1 - self.prior) * self.strength
+        self.by_depth = [DepthCounts() for _ in range(len(DEPTH_CLASSES) + 1)]
 
     @property
     def alpha(self) -> float:
@@ -103,6 +112,37 @@ class AcceptanceEstimate:
         weight = self.decay ** min(n_accepted + 1, n_drafted)  # one decay per tested position
         self.successes = weight * self.successes + n_accepted
         self.failures = weight * self.failures + (1.0 if n_accepted < n_drafted else 0.0)
+        for k in range(min(n_accepted + 1, n_drafted)):  # positions 1..n_accepted taken, the next one missed
+            self.by_depth[_depth_class(k + 1)].add(k < n_accepted, self.decay)
+
+    def rates(self, most: int) -> list[float]:
+        """The chance the target accepts the draft at depth k = 1..most once it accepted those above it: each
+        depth class's decayed counts, shrunk toward the overall α by `strength` pseudo-positions (a class with few
+        tested positions reads about α: the geometric model)."""
+        alpha = self.alpha
+        return [self.by_depth[_depth_class(k)].rate(alpha, self.strength) for k in range(1, most + 1)]
+
+
+DEPTH_CLASSES = (1, 2, 3, 4, 6, 8, 12, 16)  # draft depths 1 | 2 | 3 | 4 | 5-6 | 7-8 | 9-12 | 13-16 | 17 and up
+
+
+def _depth_class(depth: int) -> int:
+    return bisect.bisect_left(DEPTH_CLASSES, depth)
+
+
+@dataclass
+class DepthCounts:
+    """Decayed accepted / tested counts of one class of draft depths (decayed each time the class is tested)."""
+
+    accepted: float = 0.0
+    tested: float = 0.0
+
+    def add(self, accepted: bool, decay: float) -> None:
+        self.accepted = decay * self.accepted + accepted
+        self.tested = decay * self.tested + 1.0
+
+    def rate(self, prior: float, strength: float) -> float:
+        return (self.accepted + prior * strength) / (self.tested + strength)
 
 
 @dataclass
@@ -132,9 +172,17 @@ class PositionRate:
         self.tested += 1.0
 
 
-def gain_curve(alpha: float, c: float, t: Callable[[int], float], max_cap: int) -> list[float]:
-    """gain(L) for L = 0..max_cap: expected tokens per unit of time (one target step = 1)."""
-    return [expected_tokens(alpha, length) / (length * c + t(length + 1)) for length in range(max_cap + 1)]
+def gain_curve(alpha: float | list[float], c: float, t: Callable[[int], float], max_cap: int) -> list[float]:
+    """gain(L) for L = 0..max_cap: expected tokens per unit of time (one target step = 1). alpha: one acceptance
+    for every depth (Leviathan's i.i.d. model), or the chance at each depth 1..max_cap given the ones above were
+    accepted: E(L) = 1 + Σ_{k ≤ L} Π_{j ≤ k} α_j (the same sum when every α_j is α)."""
+    rates = [alpha] * max_cap if isinstance(alpha, (int, float)) else list(alpha)
+    expected, reach, out = 1.0, 1.0, [1.0 / t(1)]
+    for length in range(1, max_cap + 1):
+        reach *= rates[length - 1]
+        expected += reach
+        out.append(expected / (length * c + t(length + 1)))
+    return out
 
 
 @dataclass
@@ -175,7 +223,8 @@ class CostAwareRule(DraftRule):
         return max(1, min(self.probe_every, math.ceil(cost / PROBE_SHARE - 1e-9)))
 
     def limit(self) -> int:
-        curve = gain_curve(self.estimate.alpha, self.c, self.cost_t, self.max_cap)
+        rates = self.estimate.rates(self.max_cap)
+        curve = gain_curve(rates, self.c, self.cost_t, self.max_cap)
         best = max(range(len(curve)), key=lambda length: (curve[length], -length))  # ties: the shorter cap
         interval = self.probe_interval()
         probe = best == 0 and self.rounds_without_draft + 1 >= interval
@@ -184,7 +233,7 @@ class CostAwareRule(DraftRule):
         self.verdicts, self.overruled = [], 0
         self.last = {"cap": cap, "best": best, "probe": probe, "why": why, "alpha": self.estimate.alpha, "c": self.c,
                      "rounds_without_draft": self.rounds_without_draft, "probe_interval": interval,
-                     "gain": curve, "t": [self.cost_t(n) for n in range(1, self.max_cap + 2)],
+                     "gain": curve, "t": [self.cost_t(n) for n in range(1, self.max_cap + 2)], "by_depth": rates,
                      "a_doubt": self.doubtful.rate, "a_sure": self.sure.rate}
         schedule = getattr(self.inner, "schedule", None)
         if schedule is not None:  # AdaEDL's λ keeps still when a round fills its cap: this round's cap is L_max
@@ -216,7 +265,7 @@ class CostAwareRule(DraftRule):
         token = reach * self.doubtful.rate
         worth, steps = token, self.cost_t(position + 1) - self.cost_t(position)
         if position < self.last.get("cap", position):
-            worth += token * self.estimate.alpha
+            worth += token * self.last["by_depth"][position]  # the next position's chance, once this one is taken
             steps += self.c + self.cost_t(position + 2) - self.cost_t(position + 1)
         rate = self.last["gain"][self.last["cap"]] if self.last else 1.0
         return worth, rate * steps
@@ -290,7 +339,8 @@ class TreeCostRule(DraftRule):
         gain = [1.0 / (steps * self.c + 1.0)] + self._rates(values, steps, most)  # gain[M], M = 0..most
         m = max(range(least, most + 1), key=lambda i: (gain[i], -i), default=least)  # ties: the smaller tree
         self.last = {"m": m, "steps": steps, "kappa": self.kappa, "c": self.c, "gain": gain,
-                     "predicted": self.kappa * sum(values[:m])}
+                     "predicted": self.kappa * sum(values[:m]),
+                     "calibrated_by": "rule" if self.learn_kappa else "drafter"}
         return m
 
     def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:

@@ -9,6 +9,7 @@ from decoders import verify as core
 from decoders.controller import AcceptanceEstimate, CostAwareRule, gain_curve
 from decoders.rules import StaticRule
 from decoders.sampling import Warp
+from decoders.stats import expected_tokens
 
 from chi_square import chi_square_pvalue
 from tree_helpers import BOUND, PROMPT, RUNS, exact_pairs, sampled_pairs, small_models
@@ -60,6 +61,37 @@ def test_acceptance_estimate_moves_with_the_rounds():
     before = estimate.alpha
     estimate.update(0, 0)  # nothing drafted: no evidence
     assert estimate.alpha == before
+
+
+def test_acceptance_by_depth_learns_that_a_draft_that_survives_its_start_is_taken():
+    """Code: a round either misses at its first token or copies the whole line. The per-depth chances see that;
+    one geometric α (about 0.5 here) would price depth 8 at 0.5^8."""
+    estimate = AcceptanceEstimate()
+    assert estimate.rates(6) == pytest.approx([estimate.alpha] * 6)  # nothing seen: Leviathan's model
+    for _ in range(10):
+        estimate.update(0, 8)
+        estimate.update(8, 8)
+    rates = estimate.rates(12)
+    assert rates[0] < 0.65 and min(rates[1:8]) > 0.85  # depth 1 is the gamble; the rest follow it
+    assert rates[8:] == pytest.approx([estimate.alpha] * 4)  # depths 9-12 never tested: the overall α
+
+
+def test_the_gain_curve_with_one_alpha_per_depth_is_leviathan_s():
+    t = lambda n: 1 + 0.1 * (n - 1)
+    assert gain_curve([0.8] * 16, 0.1, t, 16) == pytest.approx(gain_curve(0.8, 0.1, t, 16))
+    assert gain_curve(0.8, 0.1, t, 16)[4] == pytest.approx(expected_tokens(0.8, 4) / (4 * 0.1 + t(5)))
+
+
+def test_bursty_acceptance_earns_a_longer_cap_than_the_geometric_model():
+    t = lambda n: 1 + 0.07 * (n - 1)  # about Qwen2.5-Coder-1.5B's packed float32 chain curve on the 2-core CPU
+    bursty = CostAwareRule(StaticRule(4), t=t, c=0.2)
+    for _ in range(6):
+        for accepted in (1, 8, 8, 0):
+            bursty.limit()
+            bursty.update(accepted, 8)
+    geometric = gain_curve(bursty.estimate.alpha, 0.2, t, 32)
+    geometric_cap = max(range(33), key=geometric.__getitem__)
+    assert bursty.limit() >= geometric_cap + 3 and bursty.last["by_depth"][0] < bursty.last["by_depth"][3]
 
 
 def test_the_rule_records_its_decision_and_times_itself():
@@ -316,7 +348,10 @@ def test_an_all_rejected_first_round_still_drafts_again_and_recovers():
         no_match_once &= not (cap and index >= 2)
         accepted = 0 if index < 2 else drafted
         rule.update(accepted, drafted)
-    assert caps[0] > 0 and caps[1] > 0
+    # After round 1 missed at depth 1, α at depth 1 reads 0.32 and nothing pays on this curve: the controller waits
+    # only for its probe interval (and probes again when the first probe found nothing to draft)
+    first_again = next(i for i, cap in enumerate(caps) if i > 1 and cap > 0)
+    assert caps[0] > 0 and first_again <= 1 + rule.probe_interval(), caps
     assert caps.count(0) <= 8, caps
     assert all(cap > 0 for cap in caps[-8:]), caps  # recovered: drafting on the text that repeats
     assert rule.last["why"] == "gain"

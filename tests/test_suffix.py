@@ -217,7 +217,7 @@ def test_the_cost_controller_sends_nothing_once_short_matches_keep_failing():
         sent.append(proposal.tree.n_drafted)
         drafter.observe(len(ids), 0, path=[])  # the target rejected the first draft every time
         rule.update(0, proposal.tree.n_drafted)
-    assert sent[0] == 3  # the prior trust 0.7: chances .7 .49 .34 .24, and the fourth costs more than it adds
+    assert sent[0] == 3  # the priors (0.6 at a 2-token match, 0.7, 0.7, 0.8): chances .6 .42 .29 .24; .24 costs more
     assert sent[-1] == 0 and sent == sorted(sent, reverse=True)
     search = proposal.search
     assert search["stop"] == "cost" and search["chosen"] == []
@@ -237,10 +237,12 @@ def test_the_calibration_is_kept_per_match_length_at_each_step():
         calibration.observe(short, [])  # the first step missed: one tested step (a 1-token match), chance 1
         calibration.observe(long, [0, 2])  # two steps taken (chances 1 and 1), then no drafted child: untested
     assert calibration.rate(1) < 0.3 < 0.95 < calibration.rate(12) == calibration.rate(9)
-    assert calibration.rate(2) == 0.7  # an untouched class keeps its prior
+    assert calibration.rate(2) == 0.6 and calibration.rate(3) == 0.7  # untouched classes keep their priors
+    assert calibration.rate(6) == 0.8  # the priors rise with the match's length
     a1, a2 = calibration.rate(1), calibration.rate(2)  # the short draft's second step continues a 2-token match
     assert calibration.chances(short) == pytest.approx([a1, a1 * a2])
-    assert calibration.chances(long) == pytest.approx([0.5 * calibration.rate(12)] * 2 + [0.5 * calibration.rate(12) ** 2])
+    a12 = calibration.rate(12)
+    assert calibration.chances(long) == pytest.approx([0.5 * a12, 0.5 * a12, 0.5 * a12 ** 2])
 
 
 def test_the_cost_controller_keeps_long_rounds_where_drafts_are_accepted(tiny):

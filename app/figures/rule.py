@@ -105,6 +105,20 @@ def controller_sentence(rnd) -> str:
     return head + tail + stopped + priced
 
 
+def _gain_hovers(decision: dict, gain: list[float]) -> list[str]:
+    """Each point's hover: what it expects, and the acceptance behind it (a chain: the chance at that depth once the
+    drafts above it were taken; a tree: its calibration)."""
+    unit = f"unit = one target step; c = {decision['c']:.3f}"
+    if "alpha" in decision:
+        depth = decision.get("by_depth") or []
+        return [f"{x}: expected {y:.3f} tokens per unit cost ({unit}; overall α = {decision['alpha']:.2f}"
+                + (f", α at depth {x} once the drafts above were taken = {depth[x - 1]:.2f}" if 0 < x <= len(depth)
+                   else "") + ")" for x, y in enumerate(gain)]
+    calibration = ("the drafter's calibrated chances" if decision.get("calibrated_by") == "drafter"
+                   else f"calibration κ = {decision.get('kappa', 1):.2f}")
+    return [f"{x}: expected {y:.3f} tokens per unit cost ({unit}; {calibration})" for x, y in enumerate(gain)]
+
+
 def controller_figure(trace: Trace, index: int, height: int = 340) -> go.Figure:
     """The controller's choice in one round: expected tokens per unit cost for every cap L, the chosen one marked."""
     rnd = trace.rounds[index]
@@ -114,10 +128,7 @@ def controller_figure(trace: Trace, index: int, height: int = 340) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Scatter(
         x=caps, y=gain, mode="lines+markers", name="expected tokens per unit cost", line=dict(color=OKABE_ITO["blue"]),
-        marker=dict(size=5),
-        hovertemplate="%{x}: expected %{y:.3f} tokens per unit cost (unit = one target step; "
-                      + (f"α = {decision['alpha']:.2f}, " if "alpha" in decision else
-                         f"calibration κ = {decision.get('kappa', 1):.2f}, ") + f"c = {decision['c']:.3f})<extra></extra>"))
+        marker=dict(size=5), hovertext=_gain_hovers(decision, gain), hovertemplate="%{hovertext}<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=[decision["cap"]], y=[gain[decision["cap"]]], mode="markers", name="chosen cap",
         marker=dict(symbol="star", size=16, color=STATUS_COLORS["accepted"], line=dict(width=1, color="#333")),

@@ -47,18 +47,20 @@ class StepCalibration:
     Why: one occurrence reads "followed by x, p = 1"; on the bench's chat prompts the target took such a draft after
     a one- or two-token match about one time in ten (0.1 accepted a round), while ten tokens into a copied span it
     takes nearly every one. One trust for every step (a^depth) made long copies look improbable: replayed on the
-    tuning prompts it sent a fifth less on code editing than the counts alone. The prior 0.7 and a memory of about
-    ten tested steps per class (decay 0.9) follow AcceptanceEstimate (decoders/controller.py)."""
+    tuning prompts it sent a fifth less on code editing than the counts alone. The priors rise with the length (0.5
+    for one token to 0.9 past eight): with one prior of 0.7, a copy eight tokens in priced its ninth step and on at
+    0.7 each until that class had been tested, and sent 7 drafts of 16 that were all accepted (the multi-turn set).
+    The memory is about ten tested steps per class (decay 0.9), as AcceptanceEstimate's (decoders/controller.py)."""
 
-    prior: float = 0.7
+    priors: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)  # one per class of MATCH_CLASSES, the last for 9 and up
     strength: float = 2.0
     decay: float = 0.9
     taken: list[float] = field(default_factory=list)
     expected: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.taken = [self.prior * self.strength] * (len(MATCH_CLASSES) + 1)
-        self.expected = [self.strength] * (len(MATCH_CLASSES) + 1)
+        self.taken = [prior * self.strength for prior in self.priors]
+        self.expected = [self.strength] * len(self.priors)
 
     @staticmethod
     def klass(match_len: int) -> int:
@@ -195,7 +197,7 @@ class SuffixDrafter(Drafter):
         sending nothing is the plain step). Returns whether nodes were held back: they join draft.left."""
         if rule is None or not rule.prices_trees or not draft.nodes:
             return False
-        _best_first(draft, self.calibration.chances(draft))  # a child is less likely than its parent: prefixes are trees
+        _best_first(draft, self.calibration.chances(draft))  # a child is less likely than its parent: prefixes: trees
         keep = rule.tree_size([node.chance for node in draft.nodes], 0, len(draft.nodes), least=0)
         if keep >= len(draft.nodes):
             return False
