@@ -16,6 +16,7 @@ from .drafters import (CrossTokenizerDrafter, DraftModelDrafter, Drafter, Dynami
 from .drafters.suffix import Settings as SuffixSettings, SuffixDrafter
 from .errors import OptionsError
 from .residency import model_bytes
+from .selfdraft import spec as selfdraft_spec
 from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
 
 if TYPE_CHECKING:
@@ -185,62 +186,6 @@ def _suffix(ctx: BuildContext) -> Drafter:
                          tuple(ctx.target.eos_token_ids), ctx.store)
 
 
-def _self_drafter(kind: str) -> Callable[[BuildContext], Drafter]:
-    """Early exit / prophet over the target, with trained weights: a folder, or "auto" (shipped or trained)."""
-    def build(ctx: BuildContext) -> Drafter:
-        from .drafters.early_exit import EarlyExitDrafter
-        from .drafters.prophet import ProphetDrafter
-        from .selfdraft import store
-
-        source = ctx.options.self_weights
-        try:
-            module = store.load(store.locate(kind, ctx.options.model) if source == "auto" else source, ctx.runner.model)
-        except (OSError, ValueError, RuntimeError, KeyError) as err:  # missing, or trained for another target
-            raise OptionsError(f"{kind}: {err}") from None
-        from . import kernels
-
-        if kernels.kernels_of(ctx.runner.model) == kernels.PACKED:
-            kernels.pack(module)  # the draft's own matmuls on the target's kernels (inference only)
-        if kind == "early-exit":
-            return EarlyExitDrafter(ctx.runner, module)
-        return ProphetDrafter(module, ctx.runner.model.config.vocab_size)
-    return build
-
-
-def _self_cost(kind: str) -> Callable[[BuildContext], float]:
-    """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers,
-    read from the weights' config (the shipped SmolLM2 block exits at k = 2: 3/30, not the 5/30 once assumed)."""
-    def prior(ctx: BuildContext) -> float:
-        from .runner import decoder_layers
-
-        total = len(decoder_layers(ctx.runner.model))
-        if kind == "early-exit":
-            return (_exit_layer(ctx) + 1) / total
-        return _self_config(ctx, kind).get("n_layers", 1) / total
-    return prior
-
-
-def _early_exit_share(ctx: BuildContext) -> float:
-    """Early exit's verification runs layers k+1..L only (the draft already ran 1..k): (L − k)/L of a full forward."""
-    from .runner import decoder_layers
-
-    total = len(decoder_layers(ctx.runner.model))
-    return (total - _exit_layer(ctx)) / total
-
-
-def _exit_layer(ctx: BuildContext) -> int:
-    return int(_self_config(ctx, "early-exit")["exit_layer"])
-
-
-def _self_config(ctx: BuildContext, kind: str) -> dict:
-    from .selfdraft import store
-
-    try:
-        return store.read_config(kind, ctx.options.self_weights, ctx.options.model)
-    except (OSError, ValueError) as err:  # missing weights: the drafter's own build says so first
-        raise OptionsError(f"{kind}: {err}") from None
-
-
 _TREE_FIELDS = ("draft_model", "eagle_head", "controller")
 DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("draft-model", Family.CHAIN, "draft model", ("draft_model",),
@@ -254,12 +199,13 @@ DRAFTERS: dict[str, DrafterSpec] = {spec.name: spec for spec in [
     DrafterSpec("layer-skip", Family.CHAIN, "layer skip", ("skip_layers",), _layer_skip,
                 help="the target itself with some layers skipped", cost_prior=_layers_kept,
                 batched="layer-skip"),
-    DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), _self_drafter("early-exit"),
+    DrafterSpec("early-exit", Family.CHAIN, "early exit", ("self_weights",), selfdraft_spec.builder("early-exit"),
                 help="the target's first k layers + a trained block + its LM head; verification reuses layers 1..k",
-                cost_prior=_self_cost("early-exit"), verify_share=_early_exit_share, batched="early-exit"),
-    DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), _self_drafter("prophet"),
+                cost_prior=selfdraft_spec.cost_prior("early-exit"), verify_share=selfdraft_spec.early_exit_share,
+                batched="early-exit"),
+    DrafterSpec("prophet", Family.CHAIN, "prophet", ("self_weights",), selfdraft_spec.builder("prophet"),
                 help="a small trained decoder that drafts from the target's last hidden state",
-                cost_prior=_self_cost("prophet"), batched="prophet"),
+                cost_prior=selfdraft_spec.cost_prior("prophet"), batched="prophet"),
     DrafterSpec("cross-tokenizer", Family.CHAIN, "cross-tokenizer draft", ("draft_model",),
                 CrossTokenizerDrafter.from_context, uses_draft_model=lambda options: True, own_tokenizer=True,
                 help="a small model with its own tokenizer: its text is re-tokenized for the target"),

@@ -154,7 +154,9 @@ def _controls() -> dict:
                                    value=d.controller, label="Draft length cap", elem_id="sl-controller",
                                    info="cost-aware: each round the cap maximises expected tokens per second from "
                                         "this machine's measured verification cost t(n) and the running acceptance "
-                                        "(a tree: how far to grow and how many nodes to send); where AdaEDL or "
+                                        "by depth (a tree: how far to grow and how many nodes to send; suffix "
+                                        "decoding: how much of its copied tree to send, none when the plain step "
+                                        "wins, its counts calibrated by match length); where AdaEDL or "
                                         "max-confidence would stop inside it, the stop stands only if drafting "
                                         "on does not pay. The rule panel draws each round's choice.")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
