@@ -97,7 +97,7 @@ class AcceptanceEstimate:
     decay: float = 0.9
     successes: float = field(init=False)
     failures: float = field(init=False)
-    by_depth: list = field(init=False)  # DepthCounts per class of DEPTH_CLASSES: acceptance once the ones above were
+    by_depth: list = field(init=False)  # DepthCounts per class of DEPTH_CLASSES (acceptance once those above are taken)
 
     def __post_init__(self) -> None:
         self.successes, self.failures = self.prior * self.strength, (1 - self.prior) * self.strength
@@ -265,7 +265,7 @@ class CostAwareRule(DraftRule):
 
         Its distribution is already paid for (the check reads it), so the token itself costs only its verification,
         t(k+1) − t(k); below the cap, drafting it also pays c for the next position's forward, which buys that
-        position's token with chance α more. It pays when tokens per step beat the chosen cap's rate."""
+        position's token with chance α at the next depth. It pays when tokens per step beat the chosen cap's rate."""
         reach = 1.0
         for doubtful in self.verdicts:
             reach *= (self.doubtful if doubtful else self.sure).rate
@@ -345,10 +345,15 @@ class TreeCostRule(DraftRule):
         """M in least..most with the best rate; M = 0 (least 0) is the baseline's step: no draft sent."""
         gain = [1.0 / (steps * self.c + 1.0)] + self._rates(values, steps, most)  # gain[M], M = 0..most
         m = max(range(least, most + 1), key=lambda i: (gain[i], -i), default=least)  # ties: the smaller tree
-        self.last = {"m": m, "steps": steps, "kappa": self.kappa, "c": self.c, "gain": gain,
+        self.last = {"m": m, "of": most, "steps": steps, "kappa": self.kappa, "c": self.c, "gain": gain,
                      "predicted": self.kappa * sum(values[:m]),
                      "calibrated_by": "rule" if self.learn_kappa else "drafter"}
         return m
+
+    def probe(self, value: float) -> int:
+        """Send one node although none pays (a drafter's probe, drafters/suffix.py): recorded as such."""
+        self.last = {**self.last, "m": 1, "probe": True, "predicted": self.kappa * value}
+        return 1
 
     def observe_time(self, draft_seconds: float, draft_forwards: int, verify_seconds: float, n_verified: int) -> None:
         if draft_forwards <= 0 or verify_seconds <= 0:

@@ -65,8 +65,10 @@ RoundRecord
         (min(suffix_tokens, floor(factor · match_len))), score (sum of the drafted nodes' values), factor,
         min_prob, store {outputs, tokens}; each pool entry also has count and of (the continuation followed its
         parent string `count` of the `of` times that string occurred) and chance (controller "cost": the calibrated
-        chance it is accepted, value × trust^depth, else None); trust (the calibration of this match length's class:
-        steps the target took ÷ their estimated chance, drafters/suffix.py StepCalibration)
+        chance it is accepted, the product down its path of count / of × the trust of the match length that step
+        continues; None where the cost controller did not price it: past the cap, or controller "off"); trust (the
+        first step's trust, for this round's match length: steps the target took ÷ their estimated chance,
+        drafters/suffix.py StepCalibration)
   totals["cost_curve"]  controller "cost" only: the t(n) curve the run weighed (decoders/costs.py describe_use:
         measured_at, age_seconds, load_per_core, context_tokens, remeasured, machine, busy, why, t);
         totals["controller"]: rounds, cap_zero, probes, mean_cap (decoders/stats.py)

@@ -225,6 +225,30 @@ def test_the_cost_controller_sends_nothing_once_short_matches_keep_failing():
     assert search["trust"] < 0.15 and rule.kappa == 1.0  # the drafter calibrates; the rule's κ stays put
 
 
+def test_a_class_priced_out_is_probed_again():
+    """Once nothing is sent, a class is never tested again unless the drafter probes: after PROBE_EVERY rounds that
+    sent nothing it sends its best node, recorded as a probe, and a probe the target accepts raises the trust."""
+    from decoders.controller import TreeCostRule
+    from decoders.drafters.suffix import PROBE_EVERY, Settings, SuffixDrafter
+
+    rule = TreeCostRule(t=lambda n: 1 + 0.15 * (n - 1), c=0.0, steps=16, learn_kappa=False)
+    drafter = SuffixDrafter(Settings(depth=24, max_tokens=16, factor=2.0, min_prob=0.1))
+    ids = [5, 6, 7, 8, 9, 1, 2, 40, 41, 42, 1, 2]
+    drafter.start(ids)
+    sent, probes = [], []
+    for _ in range(30):
+        proposal = priced_round(drafter, rule, ids)
+        sent.append(proposal.tree.n_drafted)
+        probes.append(rule.last.get("probe", False))
+        accepted = 1 if probes[-1] else 0  # the target rejects every draft but accepts the probes
+        drafter.observe(len(ids), accepted, path=[1] if accepted else [])
+        rule.update(accepted, proposal.tree.n_drafted)
+    first_zero = sent.index(0)
+    first_probe = probes.index(True)
+    assert first_probe == first_zero + PROBE_EVERY - 1 and sent[first_probe] == 1
+    assert sent[first_zero:first_probe] == [0] * (PROBE_EVERY - 1)
+
+
 def test_the_calibration_is_kept_per_match_length_at_each_step():
     from decoders.drafters.suffix import StepCalibration
     from decoders.drafters.suffix_tree import Candidate, Draft
@@ -252,7 +276,11 @@ def test_the_cost_controller_keeps_long_rounds_where_drafts_are_accepted(tiny):
     trace = generate(suffix(max_new_tokens=40, controller="cost"), REPEATING, target=tiny, store=store)
     assert trace.output_ids == answer
     assert max(r.n_accepted for r in trace.rounds) >= 8 and len(trace.rounds) <= 10
-    assert all(r.rule["controller"]["m"] == r.n_drafted for r in trace.rounds if r.rule and r.rule.get("controller"))
+    for rnd in trace.rounds:
+        sent = (rnd.search or {}).get("pool", [])[:rnd.n_drafted]
+        chances = [entry["chance"] for entry in sent]
+        assert chances == sorted(chances, reverse=True)  # best first by calibrated chance
+        assert all(entry["parent"] < i for i, entry in enumerate(sent))  # every sent node's parent was sent too
 
 
 # ---- the store, the options, the registry --------------------------------------------------------------------------

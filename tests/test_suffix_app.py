@@ -106,3 +106,34 @@ def test_the_race_verdict_says_a_copied_tree_costs_no_draft_forward():
     assert "each round copied a tree of 3.0 drafts from the text (no draft forward" in verdict(row)
     lost = verdict({**row, "tau": 1.05, "speedup": 0.8, "acceptance_rate": 0.1})
     assert "the drafts rarely survived (α = 0.10)" in lost and "expansion step" not in lost
+
+
+def test_a_cost_controlled_round_says_what_it_sent_and_why(tiny, monkeypatch):
+    """Controller "cost" on suffix decoding: a round that sent part of its candidates, or none, says so in the match
+    panel's title, the rule panel's sentence and the hover of the candidates it held back (their calibrated chance).
+    The verification curve is a steep made-up one (each extra token 0.3 of a step), so the price cuts some round."""
+    from app.figures.rule import controller_sentence
+    from decoders import registry
+
+    monkeypatch.setattr(registry, "run_costs", lambda ctx, prompt_tokens=0: registry.RunCosts(
+        t=lambda n: 1 + 0.3 * (n - 1), c=0.0))
+
+    def priced(**more):
+        return DecodeOptions(method="speculative", drafter="suffix", controller="cost", max_new_tokens=30, **more)
+
+    trace = generate(priced(), PROMPT, target=tiny)
+    cut = [r for r in trace.rounds if r.search and r.search.get("stop") == "cost"]
+    assert cut, "no round was priced short of its candidates"
+    rnd = cut[0]
+    title = figures.headline(trace, rnd)
+    decision = rnd.rule["controller"]
+    assert decision["calibrated_by"] == "drafter"
+    sentence = controller_sentence(rnd)
+    if rnd.n_drafted:  # both panels count the candidates the price weighed
+        assert f"the cost controller sent {rnd.n_drafted} of {decision['of']} candidates" in title
+        assert sentence.startswith(f"sent {rnd.n_drafted} of the {decision['of']} copied candidates")
+    else:
+        assert "no draft sent: the cost controller found none worth its verification" in title
+        assert sentence.startswith(f"sent none of the {decision['of']} copied candidates")
+    held = rnd.search["pool"][rnd.n_drafted]
+    assert any("calibrated chance the target accepts it" in line for line in figures.node_lines(held))

@@ -93,6 +93,12 @@ def controller_sentence(rnd) -> str:
     gain, cap = decision["gain"], decision["cap"]
     other = min(cap + 2, len(gain) - 1) if cap + 2 < len(gain) else max(cap - 2, 0)
     tail = f"; {other} would give {gain[other]:.2f}" if other != cap else ""
+    if decision.get("calibrated_by") == "drafter":  # suffix decoding: nodes copied from the text, no forward
+        if not cap:
+            return (f"sent none of the {decision.get('of', '?')} copied candidates: the plain step gains most "
+                    f"({gain[0]:.2f} tokens per unit cost{tail})")
+        return (f"sent {cap} of the {decision.get('of', '?')} copied candidates: expected {gain[cap]:.2f} tokens "
+                f"per unit cost{tail}")
     if "m" in decision:  # a tree: the controller chose how many of the grown nodes to send
         return (f"sent {cap} of the grown nodes after {counted(decision['steps'], 'draft forward')}: expected "
                 f"{gain[cap]:.2f} "

@@ -38,6 +38,10 @@ def headline(trace: Trace, rnd: RoundRecord) -> str:
     found = f"the last {search['match_len']} tokens occurred in {search.get('source', 'the text')}; "
     if search.get("stop") == "cost" and not rnd.n_drafted:
         return head + found + "no draft sent: the cost controller found none worth its verification (a plain step)"
+    if search.get("stop") == "cost":
+        priced = sum(entry.get("chance") is not None for entry in search.get("pool") or [])
+        return head + found + (f"the cost controller sent {rnd.n_drafted} of {priced} candidates, "
+                               f"{rnd.n_accepted} accepted")
     return head + found + f"{rnd.n_drafted} drafts (cap {search.get('cap')}), {rnd.n_accepted} accepted"
 
 
@@ -118,9 +122,13 @@ def _add_next(fig: go.Figure, search: dict) -> None:
     fig.add_trace(go.Bar(y=names, x=[int(e["count"]) for e in first], orientation="h", marker_color=colors,
                          text=[f"{e['count']}/{e['of']}" for e in first], textposition="outside", cliponaxis=False,
                          hovertext=["<br>".join([f"<b>{html.escape(repr(e.get('text', '')))}</b> "
-                                                 f"({'drafted' if int(e['id']) in chosen else 'left out by the cap'})",
+                                                 f"({'drafted' if int(e['id']) in chosen else _why_left(e)})",
                                                  *node_lines(e)]) for e in first],
                          hovertemplate="%{hovertext}<extra></extra>"))
+
+
+def _why_left(entry: dict) -> str:
+    return "held back by the cost controller's price" if entry.get("chance") is not None else "left out by the cap"
 
 
 def match_summary(index: int, search: dict) -> str:

@@ -35,6 +35,7 @@ class Settings:
 
 
 MATCH_CLASSES = (1, 2, 4, 8)  # match lengths 1 | 2 | 3-4 | 5-8 | 9 and up: one calibration each
+PROBE_EVERY = 8  # priced rounds that sent nothing before one sends its best node (a probe costs t(2) − t(1), ~0.15 step)
 
 
 @dataclass
@@ -166,9 +167,11 @@ class SuffixDrafter(Drafter):
         self.own: Growing | None = None  # this run's prompt and output, in a tree of their own
         self.calibration = StepCalibration()  # how far the counts are trusted (controller "cost" prices with it)
         self.sent = Draft()  # the last round's draft as sent, for observe()
+        self.idle = 0  # rounds in a row the price held back a whole draft (a probe every PROBE_EVERY)
 
     def start(self, ids: list[int], features=None) -> None:
         self.own = Growing(SuffixTree(self.settings.depth), ids)
+        self.calibration, self.sent, self.idle = StepCalibration(), Draft(), 0
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         if self.own is None:
@@ -176,6 +179,7 @@ class SuffixDrafter(Drafter):
         self.own.extend(ids[self.own.length:])  # what was committed since the last round
         tree = DraftTree.root_only(ids[-1])
         tree.flavor = Flavor.DETERMINISTIC
+        self.sent = Draft()  # what observe() learns from: nothing, unless this round sends a draft
         if limit <= 0:
             return Proposal(tree, reason=DraftStop.BUDGET)
         draft, source = self._best(ids, limit)
@@ -194,11 +198,17 @@ class SuffixDrafter(Drafter):
     def _price(self, draft: Draft, rule) -> bool:
         """Controller "cost": send the prefix of the draft, best first by calibrated chance, that the rule finds
         worth most tokens per unit of verification cost (TreeCostRule.tree_size; a suffix draft costs no forward, so
-        sending nothing is the plain step). Returns whether nodes were held back: they join draft.left."""
+        sending nothing is the plain step). Returns whether nodes were held back: they join draft.left.
+
+        A class of match lengths whose trust fell until nothing was sent would never be tested again, so after
+        PROBE_EVERY rounds in a row that sent nothing the best node goes anyway (a probe, as the chain controller's)."""
         if rule is None or not rule.prices_trees or not draft.nodes:
             return False
         _best_first(draft, self.calibration.chances(draft))  # a child is less likely than its parent: prefixes: trees
         keep = rule.tree_size([node.chance for node in draft.nodes], 0, len(draft.nodes), least=0)
+        self.idle = self.idle + 1 if keep == 0 else 0
+        if self.idle >= PROBE_EVERY:
+            keep, self.idle = rule.probe(draft.nodes[0].chance), 0
         if keep >= len(draft.nodes):
             return False
         draft.left = draft.nodes[keep:] + draft.left  # parent indices into the pool stay valid
@@ -215,8 +225,9 @@ class SuffixDrafter(Drafter):
         return max(found, key=lambda pair: pair[0].score)  # the earlier outputs win only with a better score
 
     def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop | str) -> dict:
-        """The trace's RoundRecord.search (schema in decoders/trace.py): the pool is the drafted nodes (all sent)
-        then the candidates that passed min_prob but not the cap; value = the count-estimated probability."""
+        """The trace's RoundRecord.search (schema in decoders/trace.py): the pool is the sent nodes, then those the
+        price held back (controller "cost"), then the candidates that passed min_prob but not the cap; value = the
+        count-estimated probability, chance = the calibrated one (priced nodes only)."""
         sent = len(draft.nodes)
         pool = [{"id": i, "parent": node.parent, "token": node.token, "value": node.prob, "depth": node.depth,
                  "step": node.depth, "count": node.count, "of": node.of,

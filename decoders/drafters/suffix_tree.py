@@ -62,7 +62,8 @@ class Candidate:
 @dataclass
 class Draft:
     """The frequency-weighted draft tree after one tail match; `left` holds the candidates that passed min_prob but
-    did not fit the cap (drawn as "not sent"), each with `parent` an index into `nodes`."""
+    were not sent (past the cap, or held back by the cost controller's price: drawn as "not sent"), each with `parent`
+    an index into the pool `nodes + left` (-1: the matched context)."""
 
     match_len: int = 0
     cap: int = 0
