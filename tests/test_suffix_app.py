@@ -35,7 +35,9 @@ def test_the_round_views_draw_the_match_and_the_run(run):
     rnd = run.rounds[index]
     views = round_views(run, index)
     title = views["positions"].layout.title.text.replace("<br>", " ")
-    assert f"the last {rnd.search['match_len']} tokens occurred in {rnd.search['source']}" in title
+    n = rnd.search["match_len"]
+    tail = "the last token" if n == 1 else f"the last {n} tokens"  # never "the last 1 tokens"
+    assert f"{tail} occurred in {rnd.search['source']}" in title
     first = [e for e in rnd.search["pool"] if e["parent"] == -1]
     assert list(views["positions"].data[0].x) == [e["count"] for e in first][:figures.SHOWN_NEXT]  # as recorded
     tail = views["positions"].layout.annotations[0]

@@ -29,13 +29,18 @@ def is_suffix_trace(trace: Trace) -> bool:
     return any(is_suffix(r.search) for r in trace.rounds)
 
 
+def _tail(n: int) -> str:
+    """"the last token" / "the last 6 tokens": the matched tail, in words."""
+    return "the last token" if n == 1 else f"the last {n} tokens"
+
+
 def headline(trace: Trace, rnd: RoundRecord) -> str:
     """'Round 4/12: the last 6 tokens occurred in this run's text; 6 drafts (cap 6), 5 accepted'."""
     search = rnd.search or {}
     head = f"Round {rnd.index + 1}/{len(trace.rounds)}: "
     if not search.get("match_len"):
         return head + "no tail of the text occurred before: nothing to copy, a plain target step"
-    found = f"the last {search['match_len']} tokens occurred in {search.get('source', 'the text')}; "
+    found = f"{_tail(search['match_len'])} occurred in {search.get('source', 'the text')}; "
     if search.get("stop") == "cost" and not rnd.n_drafted:
         return head + found + "no draft sent: the cost controller found none worth its verification (a plain step)"
     if search.get("stop") == "cost":
@@ -86,7 +91,7 @@ def match_figure(trace: Trace, index: int | None = None, height: int = 340) -> g
     fig = go.Figure()
     _add_next(fig, search)
     _add_tail(fig, search)
-    title = wrap_title(f"Round {index + 1}: the last {search['match_len']} tokens occurred in "
+    title = wrap_title(f"Round {index + 1}: {_tail(search['match_len'])} occurred in "
                        f"{search.get('source', 'the text')}, and this followed them")
     top = title_margin(title) + 34  # room for the tail's line under the title
     fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white",
@@ -134,7 +139,7 @@ def _why_left(entry: dict) -> str:
 def match_summary(index: int, search: dict) -> str:
     nexts = [e for e in search.get("pool") or [] if int(e["parent"]) == -1]
     parts = ", ".join(f"{e.get('text', e['token'])!r} {e['count']}/{e['of']}" for e in nexts[:SHOWN_NEXT])
-    return (f"Round {index + 1}: the last {search['match_len']} tokens occurred in {search.get('source')}; "
+    return (f"Round {index + 1}: {_tail(search['match_len'])} occurred in {search.get('source')}; "
             f"cap {search.get('cap')} drafts; what followed: {parts or 'nothing above the minimum probability'}.")
 
 
