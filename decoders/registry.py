@@ -339,7 +339,8 @@ def label(options: Options) -> str:
         return "autoregressive baseline"
     spec = drafter(options.drafter)
     if spec.family == Family.TREE:
-        return f"speculative · {spec.describe(options)}"
+        priced = " · cost-aware size" if options.controller == "cost" else ""
+        return f"speculative · {spec.describe(options)}{priced}"
     controlled = " · cost-aware cap" if options.controller == "cost" and options.rule != "static" else ""
     return f"speculative · {spec.label} · {rule(options.rule).label(options)}{controlled}"
 

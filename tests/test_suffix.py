@@ -317,6 +317,7 @@ def test_one_class_and_one_registry_line():
     spec = registry.drafter("suffix")
     assert spec.family == registry.Family.TREE and not spec.offers_q and not registry.uses_draft_model(suffix())
     assert registry.label(suffix()) == "speculative · suffix tree (≤16 nodes, 2×match, p ≥ 0.1)"
+    assert registry.label(suffix(controller="cost")).endswith("p ≥ 0.1) · cost-aware size")
     assert suffix().fields_in_use() >= {"suffix_depth", "suffix_tokens", "suffix_factor", "suffix_min_prob"}
     assert "controller" in suffix().fields_in_use()  # the cost controller prices the tree it sends
     suffix(controller="cost").validate()
