@@ -146,3 +146,22 @@ def test_the_code_writing_example_sets_a_target_that_has_a_draft(page):
     assert options_of(page, "Drafter") == ["draft-model", "prompt-lookup", "layer-skip", "cross-tokenizer", "eagle1", "eagle2",
                                           "ddd", "suffix"]
     assert is_shown(page, "Draft model") and checked(page, "Draft-length rule") == "adaedl"
+
+
+def test_suffix_decoding_offers_the_cost_aware_size_with_its_explanation(page):
+    """The cost controller now sizes suffix decoding's copied tree: picking the suffix drafter shows "Draft length
+    cap" beside its own sliders, and the cap's explanation names what it does for suffix decoding."""
+    from chromium import shot
+
+    radio(page, "Drafter").get_by_text("suffix", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('input[aria-label]')]"
+                           ".some(i => i.getAttribute('aria-label').includes('factor (suffix'))")
+    assert is_shown(page, "Draft length cap") and is_shown(page, "min probability (suffix)")
+    assert not is_shown(page, "Draft-length rule")  # a tree's size is not a chain rule's
+    radio(page, "Draft length cap").get_by_text("cost-aware: what this machine verifies profitably").click()
+    wait_checked(page, "cost")
+    assert "suffix decoding: how much of its copied tree to send" in page.locator("#sl-controller").inner_text()
+    shot(page, "suffix-cost-controls-1280")
+    page.set_viewport_size({"width": 420, "height": 800})
+    page.wait_for_timeout(500)
+    shot(page, "suffix-cost-controls-420", full_page=True)
