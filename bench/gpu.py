@@ -41,7 +41,7 @@ import torch
 
 from . import gpu_arms, gpu_report
 from .__main__ import load_prompts
-from .runner import run_suite
+from .runner import mark_identity, run_one, run_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -73,9 +73,14 @@ def main(argv=None) -> int:
     result = {"meta": environment(on_gpu, settings, argv), "stages": {}}
     began = time.monotonic()
     models = {}
+
+    def save_stage(name: str, so_far: dict) -> None:
+        result["stages"][name] = so_far
+        write(stem, result, began)
+
     stages = [("load", lambda: load_target(models, on_gpu)),
               ("steps", lambda: measure_steps(models["target"].model, settings["tn_repeats"])),
-              ("race", lambda: race(models, on_gpu, settings)),
+              ("race", lambda: race(models, on_gpu, settings, save=lambda so_far: save_stage("race", so_far))),
               ("hf-static", lambda: hf_static(models["target"], result, settings))]
     for name, work in stages:  # the figures first: the checks get the time that is left (a call has 10 minutes)
         if name == "load" or models:
@@ -154,13 +159,37 @@ def measure_steps(model, repeats: int) -> dict:
     return {"widths": list(widths), "curves": curves}
 
 
-def race(models: dict, on_gpu: bool, settings: dict) -> dict:
+def race(models: dict, on_gpu: bool, settings: dict, save=None) -> dict:
+    """Every arm on the code prompts. An arm whose warm-up raises is left out with its error (one broken path must
+    not cost the others' figures on a one-shot GPU loan); `save` gets the stage so far after every run (a call
+    stopped at its time limit keeps what it measured)."""
     methods = gpu_arms.step_arms(on_gpu) + gpu_arms.speculative_arms(on_gpu) + gpu_arms.hf_arms()
     prompts = load_prompts(settings["per_kind"], ["code-writing", "code-editing"])
-    records = run_suite(methods, models, prompts, settings["reps"], settings["max_new_tokens"])
-    return {"methods": [{"key": m.key, "label": m.label, "options": m.options} for m in methods],
-            "prompts": [p.id for p in prompts], "records": [_slim(r) for r in records],
-            "caps": {m.key: gpu_arms.caps(records, m.key) for m in methods if m.options.get("controller") == "cost"}}
+    for prompt in prompts:
+        prompt.ids = prompt.ids or models["target"].encode_prompt(prompt.text, chat=True)
+    failed = {}
+    for method in methods:  # the warm-up, one per arm: first calls capture the graphs and pay one-off costs
+        try:
+            run_one(method, models, prompts[0], min(4, settings["max_new_tokens"]))
+        except Exception as err:
+            failed[method.key] = f"{type(err).__name__}: {err}"[:300]
+            print(f"  {method.key} left out: {failed[method.key]}", file=sys.stderr)
+    methods = [m for m in methods if m.key not in failed]
+
+    def summary(records: list[dict]) -> dict:
+        return {"methods": [{"key": m.key, "label": m.label, "options": m.options} for m in methods],
+                "failed_arms": failed, "prompts": [p.id for p in prompts], "records": [_slim(r) for r in records],
+                "caps": {m.key: gpu_arms.caps(records, m.key) for m in methods
+                         if m.options.get("controller") == "cost"}}
+
+    def keep(records: list[dict]) -> None:
+        if save is not None:
+            mark_identity(records)  # idempotent: run_suite marks the full list again at its end
+            save({**summary(records), "partial": f"{len(records)} runs so far"})
+
+    records = run_suite(methods, models, prompts, settings["reps"], settings["max_new_tokens"], warmup=False,
+                        on_record=keep)
+    return summary(records)
 
 
 def hf_static(target, result: dict, settings: dict) -> dict:

@@ -74,7 +74,9 @@ def _race(rows: list[dict], race: dict) -> list[str]:
              f"Prompts: {', '.join(race['prompts'])}. Speed-up = median over prompts of the per-repetition ratio to "
              "the graph baseline of the same prompt and repetition (range in brackets); τ = new tokens ÷ target "
              "forward calls (prefill included); same = outputs equal to the graph baseline's; caps = the cost-aware "
-             "controller's per-round cap (chain: drafts allowed; tree: nodes sent), median (range).", "",
+             "controller's per-round cap (chain: drafts allowed; tree: nodes sent), median (range)."
+             + (f" **Stopped early: {race['partial']}** (the call's time limit)." if race.get("partial") else "")
+             + "".join(f" Left out: {key} ({why})." for key, why in (race.get("failed_arms") or {}).items()), "",
              "| method | tokens/s | ms/step | speed-up vs graph baseline | τ | same | caps |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f" ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["spread"] else ""
