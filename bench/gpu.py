@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from decoders import kernels
+
 from . import gpu_arms, gpu_report
 from .__main__ import load_prompts
 from .runner import mark_identity, run_one, run_suite
@@ -156,7 +158,14 @@ def measure_steps(model, repeats: int) -> dict:
     curves = {path: gpu_arms.time_widths(model, path, widths, repeats) for path in paths}
     if "graphs" in paths:
         curves["graphs-tree"] = gpu_arms.time_widths(model, "graphs", widths, repeats, tree=True)
-    return {"widths": list(widths), "curves": curves}
+        fused = kernels.kernels_of(model)
+        if fused == kernels.PACKED:  # the same graphs on transformers' own modules: what fusing the norms buys
+            try:
+                kernels.use(model, kernels.STOCK)
+                curves["graphs-stock"] = gpu_arms.time_widths(model, "graphs", widths, repeats)
+            finally:
+                kernels.use(model, fused)
+    return {"widths": list(widths), "curves": curves, "kernels": kernels.kernels_of(model)}
 
 
 def race(models: dict, on_gpu: bool, settings: dict, save=None) -> dict:

@@ -110,6 +110,8 @@ def time_widths(model: torch.nn.Module, path: str, widths=TN_WIDTHS, repeats: in
     kind = "dynamic" if path == "dynamic" else "fixed"
     plan = KVPlan(kind, committed=context + max(widths) + 1, graphs=path == "graphs", buckets=tuple(widths))
     runner = CachedModel(model, plan)
+    if runner.fixed is not None:
+        runner.fixed.choose_by_time = False  # t(n) of n's own graph, never of a wider bucket it could pad to
     device = runner.device
     vocab = model.config.vocab_size
     tokens = [(17 * i + 3) % vocab for i in range(context)]
@@ -128,6 +130,8 @@ def time_widths(model: torch.nn.Module, path: str, widths=TN_WIDTHS, repeats: in
                 if rep >= 2:
                     samples[n].append(seconds)
     finally:
+        if runner.fixed is not None:
+            runner.fixed.choose_by_time = runner.fixed.graphs  # a kept forward goes back as lease made it
         runner.release()
     medians = {n: statistics.median(v) for n, v in samples.items()}
     return {"path": path, "tree": tree, "context": context, "repeats": repeats,

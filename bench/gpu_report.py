@@ -41,7 +41,9 @@ def _steps(steps: dict | None) -> list[str]:
     head = "| path | t(1) ms | " + " | ".join(f"t({n})" for n in widths) + " |"
     lines = ["## One forward of n tokens after a 128-token context: t(n)/t(1)", "",
              "Medians over the repetitions (interleaved over n after two warm-up passes; graphs: each n its own "
-             "captured graph). \"graphs-tree\": a branching tree of n nodes under the 4-D tree mask.", "", head,
+             "captured graph). \"graphs-tree\": a branching tree of n nodes under the 4-D tree mask; "
+             "\"graphs-stock\": the same graphs on transformers' own RMSNorm modules (the other rows fuse them: "
+             "decoders/kernels.py).", "", head,
              "|" + "---|" * (len(widths) + 2)]
     for path, curve in curves.items():
         t = {int(n): v for n, v in curve["t"].items()}
@@ -63,8 +65,27 @@ def race_rows(race: dict) -> list[dict]:
                      else None,
                      "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
                      "tau": report.median([r["tau"] for r in mine]), "same": f"{sum(same)}/{len(same)}",
-                     "all_same": bool(same) and all(same), "caps": (race.get("caps") or {}).get(method["key"])})
+                     "all_same": bool(same) and all(same), "caps": (race.get("caps") or {}).get(method["key"]),
+                     "forwards": _forwards(mine)})
     return rows
+
+
+def _forwards(records: list[dict]) -> str:
+    """The target's forwards over the records: how many replayed a graph, of all, and the widths they ran at."""
+    runs = [(r.get("runtime") or {}).get("target") or {} for r in records]
+    graph, eager = sum(t.get("graph", 0) for t in runs), sum(t.get("eager", 0) for t in runs)
+    widths = sorted({w for t in runs for w in t.get("widths", [])})
+    return f"{graph}/{graph + eager} · {','.join(map(str, widths))}" if graph + eager else ""
+
+
+def _bucket_ms(race: dict) -> list[str]:
+    """Each bucket's replay as the graph baseline timed it (decoders/graphs.py pads to the cheapest that holds n)."""
+    timed = next((r["runtime"]["target"]["bucket_ms"] for r in race["records"] if r["method"] == GRAPH_BASELINE
+                  and ((r.get("runtime") or {}).get("target") or {}).get("bucket_ms")), None)
+    if not timed:
+        return []
+    return ["Each bucket's graph replay as timed at its first use (ms), from which a forward of n tokens pads to the "
+            "cheapest bucket that holds n: " + ", ".join(f"{w}: {ms}" for w, ms in timed.items()) + ".", ""]
 
 
 def _race(rows: list[dict], race: dict) -> list[str]:
@@ -77,13 +98,14 @@ def _race(rows: list[dict], race: dict) -> list[str]:
              "controller's per-round cap (chain: drafts allowed; tree: nodes sent), median (range)."
              + (f" **Stopped early: {race['partial']}** (the call's time limit)." if race.get("partial") else "")
              + "".join(f" Left out: {key} ({why})." for key, why in (race.get("failed_arms") or {}).items()), "",
-             "| method | tokens/s | ms/step | speed-up vs graph baseline | τ | same | caps |", "|---|---|---|---|---|---|---|"]
+             "| method | tokens/s | ms/step | speed-up vs graph baseline | τ | same | caps | target forwards: graphs/all "
+             "· widths |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f" ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["spread"] else ""
         lines.append(f"| {r['label']} | {report._f(r['tok_s'], 1)} | {report._f(r['ms_step'], 2)} | "
                      f"{report._f(r['speedup'], 2, '×') + spread if r['speedup'] else '1 (yardstick)'} | "
-                     f"{report._f(r['tau'])} | {r['same']} | {_caps(r['caps'])} |")
-    return lines + [""]
+                     f"{report._f(r['tau'])} | {r['same']} | {_caps(r['caps'])} | {r['forwards']} |")
+    return lines + [""] + _bucket_ms(race)
 
 
 def _caps(caps: dict | None) -> str:

@@ -125,6 +125,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "controller_caps": [rnd.rule["controller"]["cap"] for rnd in trace.rounds
                             if rnd.rule and "controller" in rnd.rule],
         "stop_reason": trace.stop_reason,
+        "runtime": trace.runtime,  # how each model's forwards ran (graph or eager, padded widths: decoders/graphs.py)
         "rounds_first_tokens": first_tokens,
         "rounds": [[r.n_drafted, r.n_accepted] for r in trace.rounds],  # α by depth (bench/self_drafters.py)
     }

@@ -283,7 +283,7 @@ def _new_trace(options: DecodeOptions, target: LanguageModel, draft: LanguageMod
                prompt_ids: list[int]) -> Trace:
     models = {"target": _describe(target), "draft": _describe(draft) if draft is not None else None}
     return Trace(method=options.method, label=label(options), options=options.to_dict(), models=models,
-                 precision=precision_note(target.dtype, kernels.kernels_of(target.model)),
+                 precision=precision_note(target.dtype, kernels.kernels_of(target.model), target.device.type),
                  prompt=prompt if isinstance(prompt, str) else "", prompt_ids=list(prompt_ids))
 
 
@@ -299,12 +299,15 @@ def label(options: DecodeOptions) -> str:
     return registry.label(options)
 
 
-def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK) -> str:
+def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK, device_type: str = "cpu") -> str:
     if dtype == torch.float32:
         note = ("float32: the algorithm is exact and greedy output equals the baseline token for token unless two "
                 "candidates nearly tie (a verification forward and one-token steps differ by ~1e-4 in the logits; "
                 "a compared run names any such rounding flip).")
-        if kernel_kind == kernels.PACKED:
+        if kernel_kind == kernels.PACKED and device_type == "cuda":
+            note += (" RMSNorm runs as PyTorch's fused kernel (the same float32 math, another summation order: logits "
+                     "differ from transformers' own modules by rounding, so a near-tie can differ from a stock run).")
+        elif kernel_kind == kernels.PACKED:
             note += (" Matmuls use oneDNN-packed weights (same float32 products, another summation order: logits "
                      "differ from stock PyTorch by ~1e-5, so a near-tie can differ from a stock-kernel run).")
         return note

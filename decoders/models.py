@@ -349,6 +349,8 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress, qu
     if device.type != "cpu":
         say(f"moving to {device}…")
         model.to(device)
+        if os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
+            say("RMSNorm fused (decoders/kernels.py)")
     elif quant == kernels.INT8:
         say(f"{kernels.quantize_int8(model)} linears quantized to int8 (a draft: only q changes)")
         source += " (int8 linears)"

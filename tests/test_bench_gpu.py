@@ -31,7 +31,7 @@ def test_the_dry_run_runs_every_stage_and_writes_the_page(tmp_path):
 
 
 def test_the_checks_stage_runs_pytest_and_keeps_its_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu, "CHECKS_DRY", ["tests/test_graphs.py", "-k", "bucket"])
+    monkeypatch.setattr(gpu, "CHECKS_DRY", ["tests/test_graphs.py", "-k", "smallest_bucket"])
     checks = gpu.run_checks(False, tmp_path / "gpu-x", timeout=300)
     assert checks["returncode"] == 0 and checks["summary"] and "1 passed" in checks["summary"][-1]
     assert "1 passed" in (tmp_path / "gpu-x-pytest.log").read_text() and "tests/test_graphs.py" in checks["command"]

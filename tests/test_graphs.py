@@ -200,6 +200,8 @@ def emulated_graphs(monkeypatch):
 
     monkeypatch.setattr(graphs, "capture", capture)
     monkeypatch.setattr(buffers, "check_graphs", lambda graphs, device: None)
+    # CPU timings would pick a random bucket per run; the timing itself is checked on its own below
+    monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3: {})
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +237,74 @@ def test_kept_graphs_are_leased_to_one_runner_at_a_time(tiny, emulated_graphs):
     third = CachedModel(tiny.model, plan)
     assert third.cache is graphs._KEPT[tiny.model][0].cache and third.fixed.leased
     assert not first.fixed.graphs  # a released runner goes on eagerly, on buffers of its own
+
+
+# ---------------------------------------------------------------- padding to the cheapest measured bucket
+
+H200_REPLAYS = {1: 4.5, 2: 5.4, 4: 5.4, 8: 8.5, 16: 9.0, 32: 6.2, 64: 7.0}  # ms, shaped like the H200's (bench/results)
+
+
+def test_with_measured_replays_a_width_pads_to_the_cheapest_bucket_that_holds_it():
+    assert [bucket(n, BUCKETS, H200_REPLAYS) for n in (1, 2, 3, 5, 9, 17, 33, 64)] == [1, 2, 4, 32, 32, 32, 64, 64]
+    assert bucket(3, BUCKETS, {1: 1.0, 2: 2.0, 4: 2.0}) == 4  # only buckets that hold n; a tie goes to the narrower
+    assert bucket(3, BUCKETS, {4: 2.0, 8: 2.0}) == 4 and bucket(3, BUCKETS, {8: 1.0}) == 8  # unmeasured: never
+    assert bucket(65, BUCKETS, H200_REPLAYS) == 65  # past the widest: its own width, eagerly
+
+
+def test_a_forward_padded_to_a_wider_cheaper_bucket_gives_the_same_logits(tiny):
+    padded = CachedModel(tiny.model, KVPlan("fixed", committed=60))
+    padded.fixed.choose_by_time, padded.fixed.seconds = True, {w: 1.0 for w in BUCKETS} | {16: 2.0, 32: 1.5, 64: 3.0}
+    dynamic = CachedModel(tiny.model)
+    context = [(3 * i) % 50 + 1 for i in range(13)]
+    tree = DraftTree(tokens=[5 + i for i in range(9)], parents=BRANCHING + [7], q_token=[None] * 9)
+    for runner in (padded, dynamic):
+        runner.forward(context)
+    torch.testing.assert_close(padded.forward_tree(tree), dynamic.forward_tree(tree), rtol=1e-5, atol=1e-5)
+    assert padded.length == dynamic.length and 32 in padded.fixed.summary()["widths"]  # 9 nodes ran at 32, not 16
+
+
+def test_kept_graphs_are_dropped_when_the_models_kernels_change():
+    import copy
+
+    from decoders import kernels
+    from decoders.graphs import give_back, lease
+    from tiny import tiny_llama
+
+    model = copy.deepcopy(tiny_llama(layers=2).model)
+    kernels.use(model, kernels.STOCK)
+    first = lease(model, 256, BUCKETS, None)
+    give_back(first)
+    assert lease(model, 256, BUCKETS, None) is first  # kept for the next run
+    give_back(first)
+    kernels.fuse(model)  # a captured graph would replay the stock norms' kernels
+    fused = lease(model, 256, BUCKETS, None)
+    assert fused is not first and fused.kernels == kernels.PACKED
+
+
+def test_the_first_replayable_forward_captures_and_times_every_bucket(tiny, monkeypatch):
+    from decoders import buffers, graphs
+
+    monkeypatch.setattr(graphs, "capture", lambda forward, pool=None: (_Rerun(forward), forward(), pool))
+    monkeypatch.setattr(buffers, "check_graphs", lambda graphs, device: None)
+    runner = CachedModel(tiny.model, KVPlan("fixed", committed=40, graphs=True))
+    try:
+        runner.forward([(5 * i) % 50 + 1 for i in range(11)])  # the prefill initializes the buffers
+        lengths = runner.cache.lengths()
+        timed = runner.fixed._time_buckets()
+        assert sorted(timed) == sorted(BUCKETS) and all(t > 0 for t in timed.values())
+        assert {w for w, _ in runner.fixed.captured} == set(BUCKETS)
+        assert runner.cache.lengths() == lengths  # timing replays write past the valid prefix, counted nowhere
+        runner.fixed.seconds = timed
+        assert "bucket_ms" in runner.runtime()  # the trace says what the padding was chosen from
+    finally:
+        runner.release()
+
+
+class _Rerun:
+    """A stand-in graph: replay runs the captured forward again."""
+
+    def __init__(self, forward):
+        self.forward = forward
+
+    def replay(self):
+        self.forward()

@@ -140,3 +140,38 @@ def test_a_packed_model_lets_its_weights_file_go(tmp_path, make):
     assert torch.equal(logits(model, PROMPTS[0]), packed)
     if model.config.tie_word_embeddings:  # tied weights stay one tensor
         assert model.get_output_embeddings().dense is model.get_input_embeddings().weight
+
+
+# ---------------------------------------------------------------- a GPU's fused norms (run here on the CPU too)
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
+def test_fused_norms_compute_the_stock_norms_and_keep_greedy_output(make):
+    lm = make()
+    fused = TinyLM(copy.deepcopy(lm.model), name=lm.name + "-fused", eos_token_ids=lm.eos_token_ids)
+    layers = lm.model.config.num_hidden_layers
+    assert kernels.fuse(fused.model) == 2 * layers + 1  # two per layer and the final norm
+    assert kernels.fuse(fused.model) == 0  # a fused norm is not fused again (its stock norm is inside it)
+    assert kernels.kernels_of(fused.model) == kernels.PACKED and kernels.kernels_of(lm.model) == kernels.STOCK
+    for ids in PROMPTS:
+        torch.testing.assert_close(logits(fused.model, ids), logits(lm.model, ids), rtol=1e-5, atol=1e-5)
+    options = DecodeOptions(method="speculative", drafter="prompt-lookup", max_new_tokens=12)
+    want = generate(DecodeOptions(max_new_tokens=12), PROMPTS[1], target=lm).output_ids
+    assert generate(options, PROMPTS[1], target=fused).output_ids == want
+    assert kernels.unpack(fused.model) == 2 * layers + 1
+    assert kernels.kernels_of(fused.model) == kernels.STOCK
+    assert torch.equal(logits(fused.model, PROMPTS[0]), logits(lm.model, PROMPTS[0]))  # the very modules back
+
+
+def test_gemma_norms_and_non_float32_inputs_stay_on_the_stock_path():
+    gemma = tiny_gemma3().model
+    assert kernels.fuse(copy.deepcopy(gemma)) == 0  # Gemma's norm scales by (1 + w): not what F.rms_norm computes
+    norm = kernels.FusedRMSNorm(tiny_llama().model.model.norm)
+    x = torch.randn(3, norm.weight.shape[0], dtype=torch.bfloat16)
+    assert torch.equal(norm(x), norm.stock(x))  # bfloat16 keeps transformers' two roundings
+
+
+def test_pack_fuses_only_on_a_gpu_and_packs_only_on_a_cpu():
+    model = copy.deepcopy(tiny_llama().model)
+    assert not kernels.fusing_available(model)  # float32 on the CPU: oneDNN packing is this device's fast path
+    kernels.pack(model)
+    assert not any(isinstance(m, kernels.FusedRMSNorm) for m in model.modules())
