@@ -63,6 +63,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--out", default=None, help="output stem (default bench/results/gpu-<device>)")
+    parser.add_argument("--arms", default=None, help="race only these arms (comma-separated keys; the graph "
+                        "baseline always runs): a short follow-up on a lent GPU")
+    parser.add_argument("--skip", default="", help="stages to leave out, comma-separated (steps, race, hf-static)")
     args = parser.parse_args(argv)
     on_gpu = torch.cuda.is_available() and not args.dry_run
     if not on_gpu and not args.dry_run:
@@ -84,8 +87,10 @@ def main(argv=None) -> int:
               ("steps", lambda: measure_steps(models["target"].model, settings["tn_repeats"])),
               ("race", lambda: race(models, on_gpu, settings, save=lambda so_far: save_stage("race", so_far))),
               ("hf-static", lambda: hf_static(models["target"], result, settings))]
+    settings["arms"] = args.arms.split(",") if args.arms else None
+    skipped = set(filter(None, args.skip.split(",")))
     for name, work in stages:  # the figures first: the checks get the time that is left (a call has 10 minutes)
-        if name == "load" or models:
+        if name not in skipped and (name == "load" or models):
             stage(result, name, work)
             write(stem, result, began)  # after every stage: a run stopped at its time limit keeps what it measured
     if not args.skip_checks:
@@ -173,6 +178,8 @@ def race(models: dict, on_gpu: bool, settings: dict, save=None) -> dict:
     not cost the others' figures on a one-shot GPU loan); `save` gets the stage so far after every run (a call
     stopped at its time limit keeps what it measured)."""
     methods = gpu_arms.step_arms(on_gpu) + gpu_arms.speculative_arms(on_gpu) + gpu_arms.hf_arms()
+    if settings.get("arms"):
+        methods = [m for m in methods if m.key in settings["arms"] or m.key == gpu_report.GRAPH_BASELINE]
     prompts = load_prompts(settings["per_kind"], ["code-writing", "code-editing"])
     for prompt in prompts:
         prompt.ids = prompt.ids or models["target"].encode_prompt(prompt.text, chat=True)

@@ -91,8 +91,10 @@ class FusedRMSNorm(nn.Module):
 
     def __init__(self, norm: nn.Module):
         super().__init__()
-        self.stock = norm  # kept whole: `unfuse` puts it back, and it runs any dtype the fused path does not cover
-        self.weight = norm.weight  # (H,) the same Parameter
+        # Kept whole but unregistered: `unpack` puts it back and it runs the dtypes the fused path does not cover,
+        # while the state dict stays the stock one's ("weight" only: saved drafter weights load into either).
+        self.__dict__["stock"] = norm
+        self.weight = norm.weight  # (H,) the same Parameter: moving or loading this module moves or loads the stock's
         self.eps = norm.variance_epsilon
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,9 +106,7 @@ class FusedRMSNorm(nn.Module):
 def fuse(model: nn.Module) -> int:
     """Swap every fusable RMSNorm for a FusedRMSNorm (any device: tests run it on the CPU). Returns how many."""
     swapped = 0
-    for parent in list(model.modules()):
-        if isinstance(parent, FusedRMSNorm):
-            continue  # its `stock` child is the norm it already stands for
+    for parent in list(model.modules()):  # a FusedRMSNorm's stock norm is no child of it: never fused twice
         for name, child in list(parent.named_children()):
             if type(child).__name__ in FUSABLE_NORMS:
                 setattr(parent, name, FusedRMSNorm(child))

@@ -134,7 +134,11 @@ def test_a_replayed_graph_gives_the_eager_forwards_logits(gpu_pair, n):
         runner.forward(context)
     for round_ in range(4):  # round 0 runs eagerly (first use of the width), round 1 captures, 2-3 replay
         tree = DraftTree(tokens=[(round_ + 3 * i) % 60 + 1 for i in range(n)], parents=parents, q_token=[None] * n)
-        got, want = graphs.forward_tree(tree), eager.forward_tree(tree)
+        got = graphs.forward_tree(tree)
+        # the eager runner pads like the graphs (to the cheapest timed bucket): another width sums in another order
+        # (the H200 moved a logit by 1.4e-5 between widths 16 and 32)
+        eager.fixed.choose_by_time, eager.fixed.seconds = True, graphs.fixed.seconds
+        want = eager.forward_tree(tree)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
         assert torch.equal(got.argmax(-1), want.argmax(-1))
         keep = [0] + ([2] if n > 2 else [])  # a compaction between replays
