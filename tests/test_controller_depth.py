@@ -38,3 +38,29 @@ def test_bursty_acceptance_earns_a_longer_cap_than_the_geometric_model():
     geometric = gain_curve(bursty.estimate.alpha, 0.2, t, 32)
     geometric_cap = max(range(33), key=geometric.__getitem__)
     assert bursty.limit() >= geometric_cap + 3 and bursty.last["by_depth"][0] < bursty.last["by_depth"][3]
+
+
+def test_an_old_miss_at_a_depth_the_caps_no_longer_reach_fades_and_the_cap_tries_it_again():
+    """The first long round misses at depth 7; from then on the target takes every round whole. Depth 7's class is
+    not tested while the caps stay at 6, so only aging can bring the cap back (without it: 6 for all 12 rounds)."""
+    t = lambda n: 1 + 0.07 * (n - 1)
+    rule = CostAwareRule(StaticRule(16), t=t, c=0.2)
+    rule.limit()
+    rule.update(6, 8)
+    caps = []
+    for _ in range(12):
+        caps.append(rule.limit())
+        rule.update(caps[-1], caps[-1])
+    assert caps[0] <= 6 and max(caps[:4]) > 6 and caps[-1] > 16  # held below the miss, then tried again and grown
+
+
+def test_classes_a_round_never_reaches_age_by_the_rounds_weight():
+    estimate = AcceptanceEstimate()
+    estimate.update(6, 8)  # tested depths 1..7: a miss at 7
+    deep = estimate.by_depth[5]  # depths 7-8
+    before = (deep.accepted, deep.tested)
+    estimate.update(2, 2)  # tests depths 1-2 only
+    assert (deep.accepted, deep.tested) == pytest.approx((before[0] * 0.9 ** 2, before[1] * 0.9 ** 2))
+    shallow = estimate.by_depth[0]
+    estimate.update(0, 3)  # depth 1 tested (a miss): it decays once, by its own test
+    assert shallow.tested == pytest.approx(0.9 * (0.9 * 1 + 1) + 1)
