@@ -112,7 +112,10 @@ def device_slug(on_gpu: bool) -> str:
 def environment(on_gpu: bool, settings: dict, argv) -> dict:
     import transformers
 
+    shipped = ROOT / "bench" / "gpu-commit.txt"  # bench/gpu_ship.py writes it: the device's .git is not ours
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if shipped.exists():
+        commit.stdout = shipped.read_text().strip()
     return {"command": " ".join(["python -m bench.gpu", *(argv if argv is not None else sys.argv[1:])]),
             "device": torch.cuda.get_device_name(0) if on_gpu else f"CPU ({platform.processor() or platform.machine()})",
             "dry_run": not on_gpu, "torch": torch.__version__, "transformers": transformers.__version__,

@@ -98,8 +98,8 @@ def _race(rows: list[dict], race: dict) -> list[str]:
              "controller's per-round cap (chain: drafts allowed; tree: nodes sent), median (range)."
              + (f" **Stopped early: {race['partial']}** (the call's time limit)." if race.get("partial") else "")
              + "".join(f" Left out: {key} ({why})." for key, why in (race.get("failed_arms") or {}).items()), "",
-             "| method | tokens/s | ms/step | speed-up vs graph baseline | τ | same | caps | target forwards: graphs/all "
-             "· widths |", "|---|---|---|---|---|---|---|---|"]
+             "| method | tokens/s | ms/step | speed-up vs graph baseline | τ | same | caps "
+             "| target forwards: graphs/all · widths |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f" ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if r["spread"] else ""
         lines.append(f"| {r['label']} | {report._f(r['tok_s'], 1)} | {report._f(r['ms_step'], 2)} | "

@@ -129,8 +129,14 @@ def run_command(sha: str) -> str:
             f"timeout 570 python3 -m bench.gpu 2>&1 | tee $OUT/bench-gpu.log")
 
 
+COMMIT_FILE = ROOT / "bench" / "gpu-commit.txt"  # untracked and not ignored while trimmed: it travels
+
+
 def trim(level: str) -> int:
     restore(quiet=True)
+    # The device's copy of .git is not this checkout's HEAD (it read the session's first commit): say what runs.
+    dirty = " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no").strip() else ""
+    COMMIT_FILE.write_text(git("rev-parse", "--short", "HEAD").strip() + dirty + "\n")
     dropped = [d for d in LEVELS[level] if git("ls-files", d).strip()]
     if dropped:
         git("rm", "-r", "-q", "--cached", "--", *dropped)
@@ -144,7 +150,8 @@ def trim(level: str) -> int:
 
 
 def restore(quiet: bool = False) -> int:
-    """The index back to HEAD for every trimmed path, and the exclude block gone."""
+    """The index back to HEAD for every trimmed path, the exclude block and the commit file gone."""
+    COMMIT_FILE.unlink(missing_ok=True)
     git("reset", "-q", "--", *sorted({d for ds in LEVELS.values() for d in ds}))
     exclude = exclude_file()
     if exclude.exists():

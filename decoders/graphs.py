@@ -119,7 +119,7 @@ class FixedForward:
         self.pool = None  # one memory pool shared by every graph of this model
         self.counts = {"graph": 0, "eager": 0}
         self.widths: set[int] = set()
-        self.kernels = None  # the model's kernels when its graphs were captured (lease: graphs of other kernels go)
+        self.kernels = None  # the model's kernels when its graphs were captured (lease matches them)
         self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), timed at the first replay
         self.seconds: dict[int, float] | None = None  # median replay of each bucket, once timed
 
@@ -252,11 +252,11 @@ _KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.Weak
 
 def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
     """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
-    now = kernels.kernels_of(model)
+    now = kernels.kernels_of(model)  # a graph replays the kernels it was captured with: stock and fused kept apart
     kept = _KEPT.setdefault(model, [])
-    kept[:] = [f for f in kept if f.leased or f.kernels == now]  # a graph replays the kernels it was captured with
     for forward in kept:
-        if not forward.leased and forward.cache.capacity == capacity and forward.buckets == tuple(buckets):
+        if (not forward.leased and forward.kernels == now and forward.cache.capacity == capacity
+                and forward.buckets == tuple(buckets)):
             break
     else:
         forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)

@@ -17,18 +17,16 @@ weight (memory-neutral) unless that weight is shared (tied embeddings), which st
 restores ordinary `nn.Linear` modules with bit-identical weights (the benchmark runs Hugging Face's own
 `generate` on those, as users would).
 
-On a GPU the same verbs fuse instead of pack: there a small model's step is bound by how many kernels it launches
-(SmolLM2-135M on an H200: ~1100 kernels a forward, 4.5 ms replayed as a CUDA graph, where reading the weights takes
-0.1 ms), and transformers' RMSNorm is six of them (pow, mean, add, rsqrt, mul, mul) 61 times a forward. `pack`
-swaps each Llama/Qwen2 RMSNorm for `FusedRMSNorm`, one call of PyTorch's fused `F.rms_norm` kernel on the same
-weight, float32 only (the same products in another summation order: logits move by rounding, like packing on the
-CPU; greedy outputs are compared with the baseline run on the same kernels). Gemma's norm (x * (1 + w)) is left as
-it is.
+On a GPU the same verbs fuse instead of pack: there a small model's step is bound by how many kernels it launches,
+and `pack` swaps transformers' norms, attention and MLPs for decoders/fused.py's stand-ins (fewer, bigger kernels,
+the same weights, float32 only; `unpack` puts the stock modules back).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from . import fused
 
 PACKED, STOCK, INT8 = "packed", "stock", "int8"
 
@@ -73,12 +71,9 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-# transformers' norms that compute weight * x / rms(x) in float32: what F.rms_norm computes (Gemma's differs)
-FUSABLE_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")
-
-
 def fusing_available(model: nn.Module) -> bool:
-    """float32 on a GPU: PyTorch's fused RMSNorm kernel (aten._fused_rms_norm) is CUDA's."""
+    """float32 on a GPU: there the stand-ins of decoders/fused.py launch fewer kernels (PyTorch's fused RMSNorm is
+    CUDA's)."""
     try:
         parameter = next(model.parameters())
     except StopIteration:
@@ -86,36 +81,8 @@ def fusing_available(model: nn.Module) -> bool:
     return parameter.device.type == "cuda" and parameter.dtype == torch.float32
 
 
-class FusedRMSNorm(nn.Module):
-    """A transformers RMSNorm as one fused kernel: y = w * x / sqrt(mean(x²) + eps), on the same weight."""
-
-    def __init__(self, norm: nn.Module):
-        super().__init__()
-        # Kept whole but unregistered: `unpack` puts it back and it runs the dtypes the fused path does not cover,
-        # while the state dict stays the stock one's ("weight" only: saved drafter weights load into either).
-        self.__dict__["stock"] = norm
-        self.weight = norm.weight  # (H,) the same Parameter: moving or loading this module moves or loads the stock's
-        self.eps = norm.variance_epsilon
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32:
-            return self.stock(x)
-        return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)  # (..., H)
-
-
-def fuse(model: nn.Module) -> int:
-    """Swap every fusable RMSNorm for a FusedRMSNorm (any device: tests run it on the CPU). Returns how many."""
-    swapped = 0
-    for parent in list(model.modules()):  # a FusedRMSNorm's stock norm is no child of it: never fused twice
-        for name, child in list(parent.named_children()):
-            if type(child).__name__ in FUSABLE_NORMS:
-                setattr(parent, name, FusedRMSNorm(child))
-                swapped += 1
-    return swapped
-
-
 def kernels_of(model: nn.Module) -> str:
-    if any(isinstance(m, (PackedLinear, FusedRMSNorm)) for m in model.modules()):
+    if fused.is_fused(model) or any(isinstance(m, PackedLinear) for m in model.modules()):
         return PACKED
     return INT8 if any(is_int8(m) for m in model.modules()) else STOCK
 
@@ -205,10 +172,10 @@ def _dynamic_linear_type() -> type:
 
 
 def pack(model: nn.Module) -> int:
-    """This device's fast kernels: on a CPU every nn.Linear as a PackedLinear, on a GPU every fusable norm as a
-    FusedRMSNorm (a no-op where neither applies). Returns how many modules were swapped."""
+    """This device's fast kernels: on a CPU every nn.Linear as a PackedLinear, on a GPU decoders/fused.py's stand-ins
+    for the norms, attention and MLPs (a no-op where neither applies). Returns how many modules were swapped."""
     if fusing_available(model):
-        return fuse(model)
+        return fused.fuse(model)
     if not packing_available(model):
         return 0
     shared = _shared_weights(model)
@@ -239,7 +206,7 @@ def own_leftovers(model: nn.Module) -> int:
 
 def unpack(model: nn.Module) -> int:
     """Back to stock nn.Linear and norm modules with the original weights. Returns how many were swapped."""
-    return _swap(model, PackedLinear, PackedLinear.to_linear) + _swap(model, FusedRMSNorm, lambda m: m.stock)
+    return _swap(model, PackedLinear, PackedLinear.to_linear) + fused.unfuse(model)
 
 
 def use(model: nn.Module, kernels: str) -> None:

@@ -116,8 +116,14 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 @pytest.fixture(scope="module")
 def gpu_pair(tmp_path_factory):
+    """Tiny models on the GPU as load_model leaves a model there: norms fused (decoders/kernels.py; tests/test_cuda.py
+    covers the stock modules)."""
+    from decoders import kernels
+
     def to_cuda(lm):
-        return replace(lm, model=lm.model.to("cuda"), device=torch.device("cuda"))
+        model = lm.model.to("cuda")
+        kernels.pack(model)
+        return replace(lm, model=model, device=torch.device("cuda"))
 
     return drafter_pair(tmp_path_factory.mktemp("gpu-drafters"), move=to_cuda)
 
@@ -267,10 +273,10 @@ def test_a_forward_padded_to_a_wider_cheaper_bucket_gives_the_same_logits(tiny):
     assert padded.length == dynamic.length and 32 in padded.fixed.summary()["widths"]  # 9 nodes ran at 32, not 16
 
 
-def test_kept_graphs_are_dropped_when_the_models_kernels_change():
+def test_kept_graphs_are_matched_to_the_models_kernels():
     import copy
 
-    from decoders import kernels
+    from decoders import fused, kernels
     from decoders.graphs import give_back, lease
     from tiny import tiny_llama
 
@@ -280,9 +286,12 @@ def test_kept_graphs_are_dropped_when_the_models_kernels_change():
     give_back(first)
     assert lease(model, 256, BUCKETS, None) is first  # kept for the next run
     give_back(first)
-    kernels.fuse(model)  # a captured graph would replay the stock norms' kernels
-    fused = lease(model, 256, BUCKETS, None)
-    assert fused is not first and fused.kernels == kernels.PACKED
+    fused.fuse(model)  # a captured graph would replay the stock modules' kernels
+    fused_forward = lease(model, 256, BUCKETS, None)
+    assert fused_forward is not first and fused_forward.kernels == kernels.PACKED
+    give_back(fused_forward)
+    kernels.use(model, kernels.STOCK)
+    assert lease(model, 256, BUCKETS, None) is first  # the stock graphs are kept for the stock modules
 
 
 def test_the_first_replayable_forward_captures_and_times_every_bucket(tiny, monkeypatch):

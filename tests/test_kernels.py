@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from decoders import DecodeOptions, generate, kernels
+from decoders import DecodeOptions, fused, generate, kernels
 from tiny import TinyLM, noisy_copy, tiny_gemma3, tiny_llama, tiny_qwen2
 
 PROMPTS = [[3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]
@@ -142,31 +142,59 @@ def test_a_packed_model_lets_its_weights_file_go(tmp_path, make):
         assert model.get_output_embeddings().dense is model.get_input_embeddings().weight
 
 
-# ---------------------------------------------------------------- a GPU's fused norms (run here on the CPU too)
+# ---------------------------------------------------------------- a GPU's stand-ins (decoders/fused.py), run here too
+
+def fused_copy(lm: TinyLM) -> TinyLM:
+    model = copy.deepcopy(lm.model)
+    kernels.use(model, kernels.STOCK)
+    assert fused.fuse(model) == 4 * model.config.num_hidden_layers + 1  # 2 norms, attention, MLP a layer; final norm
+    return TinyLM(model, name=lm.name + "-fused", eos_token_ids=lm.eos_token_ids)
+
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
-def test_fused_norms_compute_the_stock_norms_and_keep_greedy_output(make):
+def test_the_gpu_stand_ins_compute_the_stock_modules_and_keep_greedy_output(make):
     lm = make()
-    fused = TinyLM(copy.deepcopy(lm.model), name=lm.name + "-fused", eos_token_ids=lm.eos_token_ids)
-    layers = lm.model.config.num_hidden_layers
-    assert kernels.fuse(fused.model) == 2 * layers + 1  # two per layer and the final norm
-    assert kernels.fuse(fused.model) == 0  # a fused norm is not fused again
-    assert list(fused.model.state_dict()) == list(lm.model.state_dict())  # saved drafter weights load into either
-    assert kernels.kernels_of(fused.model) == kernels.PACKED and kernels.kernels_of(lm.model) == kernels.STOCK
+    kernels.use(lm.model, kernels.STOCK)
+    stand_in = fused_copy(lm)
+    assert fused.fuse(stand_in.model) == 0  # a stand-in is not fused again
+    assert kernels.kernels_of(stand_in.model) == kernels.PACKED and kernels.kernels_of(lm.model) == kernels.STOCK
+    assert {k: v.shape for k, v in stand_in.model.state_dict().items()} == \
+        {k: v.shape for k, v in lm.model.state_dict().items()}  # saved drafter weights load into either
     for ids in PROMPTS:
-        torch.testing.assert_close(logits(fused.model, ids), logits(lm.model, ids), rtol=1e-5, atol=1e-5)
-    options = DecodeOptions(method="speculative", drafter="prompt-lookup", max_new_tokens=12)
-    want = generate(DecodeOptions(max_new_tokens=12), PROMPTS[1], target=lm).output_ids
-    assert generate(options, PROMPTS[1], target=fused).output_ids == want
-    assert kernels.unpack(fused.model) == 2 * layers + 1
-    assert kernels.kernels_of(fused.model) == kernels.STOCK
-    assert torch.equal(logits(fused.model, PROMPTS[0]), logits(lm.model, PROMPTS[0]))  # the very modules back
+        torch.testing.assert_close(logits(stand_in.model, ids), logits(lm.model, ids), rtol=1e-5, atol=1e-5)
+    for options in (DecodeOptions(max_new_tokens=12), DecodeOptions(max_new_tokens=12, kv_cache="fixed"),
+                    DecodeOptions(method="speculative", drafter="prompt-lookup", max_new_tokens=12, kv_cache="fixed")):
+        want = generate(DecodeOptions(max_new_tokens=12), PROMPTS[1], target=lm).output_ids
+        assert generate(options, PROMPTS[1], target=stand_in).output_ids == want, options
+    qkv = stand_in.model.model.layers[0].self_attn.qkv.weight
+    assert kernels.unpack(stand_in.model) == 4 * lm.model.config.num_hidden_layers + 1
+    assert kernels.kernels_of(stand_in.model) == kernels.STOCK
+    fused.fuse(stand_in.model)
+    assert stand_in.model.model.layers[0].self_attn.qkv.weight is qkv  # fused again: the same tensors (graphs)
+    kernels.unpack(stand_in.model)
+    assert torch.equal(logits(stand_in.model, PROMPTS[0]), logits(lm.model, PROMPTS[0]))  # the very modules back
 
 
-def test_gemma_norms_and_non_float32_inputs_stay_on_the_stock_path():
-    gemma = tiny_gemma3().model
-    assert kernels.fuse(copy.deepcopy(gemma)) == 0  # Gemma's norm scales by (1 + w): not what F.rms_norm computes
-    norm = kernels.FusedRMSNorm(tiny_llama().model.model.norm)
+def test_the_joined_weights_follow_a_load_and_a_replaced_weight():
+    lm, other = tiny_llama(), tiny_llama(seed=7)
+    kernels.use(lm.model, kernels.STOCK)
+    kernels.use(other.model, kernels.STOCK)
+    stand_in = fused_copy(lm)
+    stand_in.model.load_state_dict(other.model.state_dict())  # copies into the views: the joined weight sees it
+    torch.testing.assert_close(logits(stand_in.model, PROMPTS[0]), logits(other.model, PROMPTS[0]),
+                               rtol=1e-5, atol=1e-5)
+    for model in (stand_in.model, other.model):  # a new tensor (as .to() makes): the stand-in joins again
+        attention = model.model.layers[0].self_attn
+        attention.k_proj.weight = torch.nn.Parameter(attention.k_proj.weight.detach() * 2, requires_grad=False)
+    torch.testing.assert_close(logits(stand_in.model, PROMPTS[0]), logits(other.model, PROMPTS[0]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_gemma_and_non_float32_inputs_stay_on_the_stock_path():
+    gemma = copy.deepcopy(tiny_gemma3().model)
+    kernels.use(gemma, kernels.STOCK)
+    assert fused.fuse(gemma) == 0  # Gemma's norm scales by (1 + w) and its attention is another code: left as is
+    norm = fused.FusedRMSNorm(tiny_llama().model.model.norm)
     x = torch.randn(3, norm.weight.shape[0], dtype=torch.bfloat16)
     assert torch.equal(norm(x), norm.stock(x))  # bfloat16 keeps transformers' two roundings
 
@@ -175,4 +203,5 @@ def test_pack_fuses_only_on_a_gpu_and_packs_only_on_a_cpu():
     model = copy.deepcopy(tiny_llama().model)
     assert not kernels.fusing_available(model)  # float32 on the CPU: oneDNN packing is this device's fast path
     kernels.pack(model)
-    assert not any(isinstance(m, kernels.FusedRMSNorm) for m in model.modules())
+    assert not fused.is_fused(model)
+    assert fused.fuse(model) == 2 * model.config.num_hidden_layers + 1  # packed linears are not joined: norms only

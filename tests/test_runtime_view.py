@@ -30,6 +30,13 @@ def test_a_gpu_run_says_which_forwards_replayed_graphs(tiny):
     assert "draft: static buffers at fixed shapes, 256 slots, 120 of 121 forwards" in line
 
 
+def test_a_gpu_run_says_which_timed_width_its_forwards_padded_to(tiny):
+    trace = generate(DecodeOptions(max_new_tokens=4), [1, 2, 3], target=tiny)
+    trace.runtime = {**GPU_RUN, "target": {**GPU_RUN["target"], "bucket_ms": {"1": 3.815, "16": 8.172, "32": 5.291}}}
+    assert "(widths 1, 16, 32), each padded to the cheapest timed width (ms per replay: 1: 3.8, 16: 8.2, 32: 5.3)" \
+        in runtime_line(trace)  # keys as a saved trace's JSON has them
+
+
 def test_a_fixed_shape_run_without_graphs_says_eager(tiny):
     trace = generate(DecodeOptions(max_new_tokens=4, kv_cache="fixed"), [1, 2, 3], target=tiny)
     assert "all 5 forwards eager (widths 1, 2)" in runtime_line(trace)  # the prefill and four steps

@@ -12,7 +12,8 @@ KV_WORDS = {"dynamic": "DynamicCache (grows by concatenation)", "static": "stati
 HOVER = ("How this run executed, as the decoder recorded it. KV cache: transformers' DynamicCache, or SpecLab's "
          "preallocated buffers (decoders/buffers.py), which a fixed-shape run reads whole at padded widths. CUDA graph: "
          "a forward captured once and replayed (decoders/graphs.py); eager: run op by op. A CPU runs every forward "
-         "eagerly. Widths: the padded sizes the forwards ran at.")
+         "eagerly. Widths: the padded sizes the forwards ran at; with graphs each width's replay is timed at its "
+         "first use and a forward pads to the cheapest width that holds it (on a GPU a wider one can be faster).")
 
 
 def runtime_line(trace: Trace) -> str:
@@ -38,7 +39,11 @@ def _model_line(model: dict) -> str:
     widths = ", ".join(str(w) for w in model.get("widths", []))
     if not graph:
         return f"{words}, all {eager} forwards eager (widths {widths})"
-    return f"{words}, {graph} of {graph + eager} forwards replayed as CUDA graphs, {eager} eager (widths {widths})"
+    line = f"{words}, {graph} of {graph + eager} forwards replayed as CUDA graphs, {eager} eager (widths {widths})"
+    if model.get("bucket_ms"):
+        timed = ", ".join(f"{w}: {ms:.1f}" for w, ms in model["bucket_ms"].items())
+        line += f", each padded to the cheapest timed width (ms per replay: {timed})"
+    return line
 
 
 def runtime_html(trace: Trace) -> str:
