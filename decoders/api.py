@@ -305,8 +305,10 @@ def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK, device_
                 "candidates nearly tie (a verification forward and one-token steps differ by ~1e-4 in the logits; "
                 "a compared run names any such rounding flip).")
         if kernel_kind == kernels.PACKED and device_type == "cuda":
-            note += (" RMSNorm runs as PyTorch's fused kernel (the same float32 math, another summation order: logits "
-                     "differ from transformers' own modules by rounding, so a near-tie can differ from a stock run).")
+            note += (" On this GPU fewer, bigger kernels stand in for transformers' modules (fused RMSNorm, q/k/v "
+                     "and gate/up as one matmul each: decoders/fused.py): the same float32 math in another summation "
+                     "order, so logits differ from the stock modules by rounding and a near-tie can differ from a "
+                     "stock run.")
         elif kernel_kind == kernels.PACKED:
             note += (" Matmuls use oneDNN-packed weights (same float32 products, another summation order: logits "
                      "differ from stock PyTorch by ~1e-5, so a near-tie can differ from a stock-kernel run).")

@@ -29,6 +29,8 @@ model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) 
 """
 from __future__ import annotations
 
+import statistics
+import time
 import weakref
 from contextlib import contextmanager
 
@@ -165,9 +167,6 @@ class FixedForward:
     def _time_buckets(self, repeats: int = 3) -> dict[int, float]:
         """Capture every bucket and time its replay (median of `repeats`, after one untimed): what `bucket` pads
         by. Replays write past the valid prefix only (the lengths do not move), where the next forward writes."""
-        import statistics
-        import time
-
         start = self.cache.layers[0].length
         seconds = {}
         for width in sorted(self.buckets):

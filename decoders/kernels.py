@@ -205,7 +205,8 @@ def own_leftovers(model: nn.Module) -> int:
 
 
 def unpack(model: nn.Module) -> int:
-    """Back to stock nn.Linear and norm modules with the original weights. Returns how many were swapped."""
+    """Back to stock nn.Linear modules and transformers' own norms, attention and MLPs, on the original weights.
+    Returns how many were swapped."""
     return _swap(model, PackedLinear, PackedLinear.to_linear) + fused.unfuse(model)
 
 

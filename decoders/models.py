@@ -350,7 +350,7 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress, qu
         say(f"moving to {device}…")
         model.to(device)
         if os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
-            say("RMSNorm fused (decoders/kernels.py)")
+            say("fewer, bigger kernels swapped in (decoders/fused.py)")
     elif quant == kernels.INT8:
         say(f"{kernels.quantize_int8(model)} linears quantized to int8 (a draft: only q changes)")
         source += " (int8 linears)"

@@ -61,7 +61,7 @@ def draft_description(trace) -> str | None:
     if not draft:
         return None
     kernels, dtype = draft.get("kernels"), draft.get("dtype", "?")
-    fast = "fused norms" if str(draft.get("device", "")).startswith("cuda") else "packed"
+    fast = "fused kernels" if str(draft.get("device", "")).startswith("cuda") else "packed"
     kind = "int8 linears" if kernels == "int8" else f"{dtype}, {fast}" if kernels == "packed" else dtype
     return f"{draft.get('name', '?')}, {kind}"
 
