@@ -64,3 +64,74 @@ def test_classes_a_round_never_reaches_age_by_the_rounds_weight():
     shallow = estimate.by_depth[0]
     estimate.update(0, 3)  # depth 1 tested (a miss): it decays once, by its own test
     assert shallow.tested == pytest.approx(0.9 * (0.9 * 1 + 1) + 1)
+
+
+class Judging(StaticRule):
+    """An inner rule that judges each position (like AdaEDL): sure where `sure(position)`, doubtful elsewhere."""
+
+    name = "adaedl"
+    needs_distribution = True
+
+    def __init__(self, sure):
+        super().__init__(8)
+        self.sure = sure
+
+    def check(self, position, q):
+        bound = 0.9 if self.sure(position) else 0.3
+        stop = position > 1 and bound < 0.5
+        return stop, {"position": position, "bound": bound, "lam": 0.5, "stop": stop}
+
+
+def test_past_the_cap_a_sure_position_that_pays_is_drafted_and_a_doubtful_one_stops_the_round():
+    """Rounds that end at their cap with the draft sure of the next token (the cross-tokenizer code runs): the cap is
+    the plan, the rule's confidence carries the round past it; doubt past the cap ends the round."""
+    t = lambda n: 1 + 0.07 * (n - 1)
+    sure_up_to = [32]
+    rule = CostAwareRule(Judging(lambda position: position <= sure_up_to[0]), t=t, c=0.2)
+    for _ in range(3):  # rounds whose sure drafts were all taken, at the cap
+        rule.limit()
+        for position in range(1, rule.last["cap"] + 1):
+            rule.check(position, None)
+        rule.update(rule.last["cap"], rule.last["cap"])
+    bound, cap = rule.limit(), rule.last["cap"]
+    assert bound == 32 and cap < 16  # the drafter may go on; the plan is shorter
+    sure_up_to[0] = cap + 2
+    for position in range(1, cap + 1):
+        assert rule.check(position, None)[0] is False
+    for position in (cap + 1, cap + 2):
+        stop, record = rule.check(position, None)
+        assert stop is False and record["past_cap"] and record["worth"] > record["price"]
+    stop, record = rule.check(cap + 3, None)  # doubtful past the cap: the round ends whatever it would be worth
+    assert stop is True and record["past_cap"]
+    assert rule.update(cap + 2, cap + 2)["controller"]["extended"] == 2
+
+
+def test_without_a_rule_that_judges_positions_the_cap_is_the_bound():
+    rule = CostAwareRule(StaticRule(8), t=lambda n: 1 + 0.07 * (n - 1), c=0.2)
+    assert rule.limit() == rule.last["cap"]  # prompt lookup and static γ: nothing to judge past the cap
+    off = CostAwareRule(Judging(lambda position: True), t=lambda n: 1 + 0.07 * (n - 1), c=0.2, extend=False)
+    assert off.limit() == off.last["cap"]
+
+
+def test_the_plan_covers_tested_depths_and_one_more():
+    """One fully accepted round of 5 lifted every untested depth to the rates above it and the next cap was 32 (18
+    drafted, 6 accepted); the plan now stops one past the deepest tested position and extension goes further."""
+    t = lambda n: 1 + 0.07 * (n - 1)
+    rule = CostAwareRule(Judging(lambda position: True), t=t, c=0.2)
+    rule.limit()
+    rule.update(5, 5)
+    rule.limit()
+    assert rule.last["cap"] == 6 and rule.last["bound"] == 32
+    assert max(range(33), key=rule.last["gain"].__getitem__) > 6  # the curve alone would have planned deeper
+    rule.update(14, 14)  # a round extended to 14, all taken: the plan may reach 15
+    assert rule.limit() == 32 and 6 < rule.last["cap"] <= 15
+
+
+def test_the_round_s_sentence_says_how_many_positions_went_past_the_cap():
+    from types import SimpleNamespace
+
+    from app.figures.rule import controller_sentence
+
+    decision = {"cap": 3, "gain": [1.0, 1.2, 1.3, 1.35, 1.3], "extended": 4, "overruled": 0}
+    sentence = controller_sentence(SimpleNamespace(rule={"controller": decision}, n_drafted=7))
+    assert "drafted 7" in sentence and "4 past the cap (the rule was sure of each and a sure token paid)" in sentence

@@ -108,7 +108,9 @@ def controller_sentence(rnd) -> str:
     stopped = f"; drafted {rnd.n_drafted}" + (" (the rule stopped inside the cap)" if rnd.n_drafted < cap else "")
     through = decision.get("overruled", 0)  # doubtful positions the controller found worth drafting
     priced = f", {through} of them where the rule would have stopped" if through else ""
-    return head + tail + stopped + priced
+    past = decision.get("extended", 0)  # positions past the cap: the rule was sure and a sure token paid
+    extended = f", {past} past the cap (the rule was sure of each and a sure token paid)" if past else ""
+    return head + tail + stopped + priced + extended
 
 
 def _gain_hovers(decision: dict, gain: list[float]) -> list[str]:
