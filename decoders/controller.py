@@ -27,15 +27,14 @@ at temperature 0 a pair trained alike agrees on the argmax more often than the d
 
 The cap is a plan from average acceptance; the rule's verdicts refine it in both directions. Past the cap the
 drafter may go on (up to MAX_CAP) while the inner rule is sure of a position and that sure token pays by the same
-test with a_sure in place of a_doubt; a doubtful position past the cap stops the round. And the plan itself only
-covers depths the run has tested, up to one beyond the deepest (the first round plans from the prior alone): deeper
-drafts are reached by extension, a sure position at a time. Why (SmolLM2 drafting for Qwen-1.5B, code editing): one
-fully accepted round of 5 lifted every untested depth to the rates above it, the next cap was 32, and the round
-drafted 18 tokens for 6 accepted; and in runs whose caps settled at 2 while the draft copied whole lines, rounds
-ended at the cap with the draft sure of the next token (AdaEDL's own L_max 8 drafted 8 and got all 8, τ 4.8 against
-3.0). With both, τ on those prompts was 3.7 and 5.3 (from 3.0 and 4.4). A position past the cap costs the forward
-that computed its distribution even when it then stops: that waste is priced into the previous position's test (its
-next-position term).
+test with a_sure in place of a_doubt; a doubtful position past the cap stops the round. Why (SmolLM2 drafting for
+Qwen-1.5B): in runs whose caps settled at 2 while the draft copied whole lines, rounds ended at the cap with the draft
+sure of the next token (AdaEDL's own L_max 8 drafted 8 and got all 8, τ 4.8 against 3.0); with the extension, τ on
+the diagnosed prompts was 3.7 / 5.3 / 2.2 (code editing ×2, chat; from 3.0 / 4.4 / 1.9). A position past the cap
+costs the forward that computed its distribution even when it then stops: that waste is priced into the previous
+position's test (its next-position term). Not done: planning only the depths the run has tested (one fully accepted
+round of 5 lifts every untested depth to the rates above it, and one cap of 32 then drafted 18 for 6): with it the
+cross-tokenizer bench's code rows lost τ (4.8 against 6.0 on one prompt) and its headline was 0.93× UAG.
 
 α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
 machine (a costlier verification: shorter caps):
@@ -109,7 +108,6 @@ class AcceptanceEstimate:
     decay: float = 0.9
     successes: float = field(init=False)
     failures: float = field(init=False)
-    deepest: int = 0  # the deepest draft position the target has tested in this run (0: no round yet)
     by_depth: list = field(init=False)  # DepthCounts per class of DEPTH_CLASSES (acceptance once those above are taken)
 
     def __post_init__(self) -> None:
@@ -127,7 +125,6 @@ class AcceptanceEstimate:
         self.successes = weight * self.successes + n_accepted
         self.failures = weight * self.failures + (1.0 if n_accepted < n_drafted else 0.0)
         tested = min(n_accepted + 1, n_drafted)
-        self.deepest = max(self.deepest, tested)
         for k in range(tested):  # positions 1..n_accepted taken, the next one missed
             self.by_depth[_depth_class(k + 1)].add(k < n_accepted, self.decay)
         for counts in self.by_depth[_depth_class(tested) + 1:]:  # classes this round never reached
@@ -260,17 +257,14 @@ class CostAwareRule(DraftRule):
     def limit(self) -> int:
         rates = self.estimate.rates(self.max_cap)
         curve = gain_curve(rates, self.c, self.cost_t, self.max_cap)
-        most = len(curve) - 1
-        if self.extend and self.inner.needs_distribution and self.estimate.deepest:
-            most = min(most, self.estimate.deepest + 1)  # depths never tested: reached by extension, not planned
-        best = max(range(most + 1), key=lambda length: (curve[length], -length))  # ties: the shorter cap
+        best = max(range(len(curve)), key=lambda length: (curve[length], -length))  # ties: the shorter cap
         interval = self.probe_interval()
         probe = best == 0 and self.rounds_without_draft + 1 >= interval
         cap = 1 if probe else best
         why = "gain" if best else "probe" if probe else "nothing pays"
         bound = self.max_cap if self.extend and best > 0 and self.inner.needs_distribution else cap
         self.verdicts, self.overruled, self.extended = [], 0, 0
-        self.last = {"cap": cap, "bound": bound, "planned_up_to": most, "best": best, "probe": probe, "why": why,
+        self.last = {"cap": cap, "bound": bound, "best": best, "probe": probe, "why": why,
                      "alpha": self.estimate.alpha, "c": self.c,
                      "rounds_without_draft": self.rounds_without_draft, "probe_interval": interval,
                      "gain": curve, "t": [self.cost_t(n) for n in range(1, self.max_cap + 2)], "by_depth": rates,

@@ -82,8 +82,9 @@ RoundRecord
         context: {kept (draft tokens of the committed text the draft's cache kept), fed (tokens fed to catch up:
         what the target committed, and the last few drafts encoded again from text)}}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty,
-and rule keeps only name, limit, reason and the controller's scalar choice (cap, best, probe, alpha, c, ...; no
-curves): why a round drafted nothing (a cap of 0, or no n-gram match) is readable in every run.
+and rule keeps only name, limit, reason and the controller's scalar choice (cap: its plan; bound: how far the round
+could go past it; best, probe, alpha, c, overruled, extended, ...; no curves): why a round drafted nothing (a cap of
+0, or no n-gram match) is readable in every run.
 """
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def test_the_rule_panel_draws_the_controller_s_choice(tiny, drafts, cheap_draft)
     figure = positions_figure(trace, 0)
     assert [t.name for t in figure.data] == ["expected tokens per unit cost", "chosen cap"]
     assert list(figure.data[1].x) == [cap]
-    assert "cap (controller)" in [t.name for t in rounds_figure(trace).data]
+    assert "cap (the controller's plan)" in [t.name for t in rounds_figure(trace).data]
 
 
 # ---- trees ---------------------------------------------------------------------------------------------------

@@ -195,9 +195,10 @@ def rounds_figure(trace: Trace, index: int | None = None, height: int = 340) -> 
                                                "(target α = 0.9)<extra></extra>"))
     caps = [(_controller(r) or {}).get("cap") for r in trace.rounds]
     if any(cap is not None for cap in caps):
-        fig.add_trace(go.Scatter(x=xs, y=caps, mode="lines", name="cap (controller)", yaxis="y2",
+        fig.add_trace(go.Scatter(x=xs, y=caps, mode="lines", name="cap (the controller's plan)", yaxis="y2",
                                  line=dict(color=OKABE_ITO["orange"], shape="hv"),
-                                 hovertemplate="round %{x}: the controller capped drafting at %{y} tokens"
+                                 hovertemplate="round %{x}: the controller planned %{y} drafts; past the plan a "
+                                               "round drafts on only while the rule is sure and it pays"
                                                "<extra></extra>"))
     if index is not None and 0 <= int(index) < len(xs):
         fig.add_vline(x=int(index) + 1, line=dict(color="#000", width=1.5, dash="dot"))

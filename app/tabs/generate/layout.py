@@ -158,7 +158,8 @@ def _controls() -> dict:
                                         "decoding: how much of its copied tree to send, none when the plain step "
                                         "wins, its counts calibrated by match length); where AdaEDL or "
                                         "max-confidence would stop inside it, the stop stands only if drafting "
-                                        "on does not pay. The rule panel draws each round's choice.")
+                                        "on does not pay; past it, a round drafts on while the rule is sure and "
+                                        "that pays. The rule panel draws each round's choice.")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
