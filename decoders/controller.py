@@ -25,17 +25,12 @@ accepted, and along the greedy output the target accepted 64% of the draft's tok
 above the ~45% at which a draft token paid on that machine. AdaEDL's bound is a lower bound on acceptance, and
 at temperature 0 a pair trained alike agrees on the argmax more often than the draft's entropy suggests.
 
-The cap is a plan from average acceptance; the rule's verdicts refine it in both directions. Past the cap the
-drafter may go on (up to MAX_CAP) while the inner rule is sure of a position and that sure token pays by the same
-test with a_sure in place of a_doubt; a doubtful position past the cap stops the round. Why (SmolLM2 drafting for
-Qwen-1.5B): in runs whose caps settled at 2 while the draft copied whole lines, rounds ended at the cap with the draft
-sure of the next token (AdaEDL's own L_max 8 drafted 8 and got all 8, τ 4.8 against 3.0); with the extension, τ on
-the diagnosed prompts was 3.7 / 5.3 / 2.2 (code editing ×2, chat; from 3.0 / 4.4 / 1.9). A position past the cap
-costs the forward that computed its distribution even when it then stops: that waste is priced into the previous
-position's test (its next-position term). Not done: planning only the depths the run has tested (one fully accepted
-round of 5 lifts every untested depth to the rates above it, and one cap of 32 then drafted 18 for 6): with it the
-cross-tokenizer bench's code rows lost τ (4.8 against 6.0 on one prompt) and its headline was 0.93× UAG.
-
+The cap is a plan from average acceptance; past it a round drafts on (up to MAX_CAP) while the inner rule is sure of
+each position and a sure token pays by the same test with a_sure for a_doubt; doubt past the cap ends the round.
+Why (SmolLM2 drafting for Qwen-1.5B): caps settled at 2 while the draft copied whole lines, its next token sure, where
+AdaEDL's own L_max 8 drafted and got 8 (τ 4.8 against 3.0); with the extension τ on those prompts rose to 3.7 / 5.3 /
+2.2 (from 3.0 / 4.4 / 1.9). The forward a stop past the cap wastes is priced in the previous position's next term.
+Tried, not kept: planning only depths the run has tested (the cross-tokenizer code rows lost τ; headline 0.93× UAG).
 α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
 machine (a costlier verification: shorter caps):
 - α: acceptances S and rejections F, decayed by `decay` per tested position, from a weak prior; a round that
