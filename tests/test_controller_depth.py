@@ -117,4 +117,4 @@ def test_the_round_s_sentence_says_how_many_positions_went_past_the_cap():
 
     decision = {"cap": 3, "gain": [1.0, 1.2, 1.3, 1.35, 1.3], "extended": 4, "overruled": 0}
     sentence = controller_sentence(SimpleNamespace(rule={"controller": decision}, n_drafted=7))
-    assert "drafted 7" in sentence and "4 past the cap (the rule was sure of each and a sure token paid)" in sentence
+    assert "drafted 7" in sentence and "4 past the cap (the rule sure of each, each paying)" in sentence

@@ -109,7 +109,7 @@ def controller_sentence(rnd) -> str:
     through = decision.get("overruled", 0)  # doubtful positions the controller found worth drafting
     priced = f", {through} of them where the rule would have stopped" if through else ""
     past = decision.get("extended", 0)  # positions past the cap: the rule was sure and a sure token paid
-    extended = f", {past} past the cap (the rule was sure of each and a sure token paid)" if past else ""
+    extended = f", {past} past the cap (the rule sure of each, each paying)" if past else ""
     return head + tail + stopped + priced + extended
 
 

@@ -156,10 +156,9 @@ def _controls() -> dict:
                                         "this machine's measured verification cost t(n) and the running acceptance "
                                         "by depth (a tree: how far to grow and how many nodes to send; suffix "
                                         "decoding: how much of its copied tree to send, none when the plain step "
-                                        "wins, its counts calibrated by match length); where AdaEDL or "
-                                        "max-confidence would stop inside it, the stop stands only if drafting "
-                                        "on does not pay; past it, a round drafts on while the rule is sure and "
-                                        "that pays. The rule panel draws each round's choice.")
+                                        "wins, its counts calibrated by match length); AdaEDL's or max-confidence's "
+                                        "stop inside it stands only if drafting on does not pay; past it a round "
+                                        "drafts on while the rule is sure and it pays (drawn in the rule panel).")
         c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
