@@ -31,6 +31,7 @@ Why (SmolLM2 drafting for Qwen-1.5B): caps settled at 2 while the draft copied w
 AdaEDL's own L_max 8 drafted and got 8 (τ 4.8 against 3.0); with the extension τ on those prompts rose to 3.7 / 5.3 /
 2.2 (from 3.0 / 4.4 / 1.9). The forward a stop past the cap wastes is priced in the previous position's next term.
 Tried, not kept: planning only depths the run has tested (the cross-tokenizer code rows lost τ; headline 0.93× UAG).
+
 α and c are running estimates, so the controller follows the text (code: long caps; chat: short ones) and the
 machine (a costlier verification: shorter caps):
 - α: acceptances S and rejections F, decayed by `decay` per tested position, from a weak prior; a round that

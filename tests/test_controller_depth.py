@@ -2,8 +2,11 @@
 the class above, and the gain curve it feeds (with one α for every depth, Leviathan's)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from app.figures.rule import controller_sentence
 from decoders.controller import AcceptanceEstimate, CostAwareRule, PositionRate, gain_curve
 from decoders.rules import StaticRule
 from decoders.stats import expected_tokens
@@ -111,10 +114,6 @@ def test_without_a_rule_that_judges_positions_the_cap_is_the_bound():
 
 
 def test_the_round_s_sentence_says_how_many_positions_went_past_the_cap():
-    from types import SimpleNamespace
-
-    from app.figures.rule import controller_sentence
-
     decision = {"cap": 3, "gain": [1.0, 1.2, 1.3, 1.35, 1.3], "extended": 4, "overruled": 0}
     sentence = controller_sentence(SimpleNamespace(rule={"controller": decision}, n_drafted=7))
     assert "drafted 7" in sentence and "4 past the cap (the rule sure of each, each paying)" in sentence
