@@ -15,6 +15,7 @@ How a draft's tokens reach the target (decoders/drafters/cross_tokenizer.py):
 """
 from __future__ import annotations
 
+import bisect
 import codecs
 import json
 import re
@@ -161,6 +162,45 @@ def shared_pieces(draft: Spelling, target: Spelling, draft_vocab: int, target_vo
     return SharedPieces(draft_ids, target_ids, draft_vocab, target_vocab)
 
 
+# ---------------------------------------------------------------- token healing
+
+@dataclass(frozen=True)
+class PrefixIndex:
+    """A vocabulary's tokens in byte order, so the tokens whose bytes start with a given prefix are one range.
+
+    Token healing (the draft's side of re-tokenized drafting): a text that ends where the draft's tokenizer would
+    have gone on inside one token ("):\n" then "    return" is "):" + "\n   " + " return" to SmolLM2) leaves the draft
+    reading a last token it rarely saw followed by what comes next; it then drafts as if the line were over. Holding
+    that token back and drafting the first token among those that start with its bytes lets the draft choose the
+    longer one."""
+
+    keys: tuple[bytes, ...]  # the non-empty pieces, sorted
+    ids: tuple[int, ...]  # the token of each key
+
+    @classmethod
+    def of(cls, spelling: Spelling, vocab: int) -> "PrefixIndex":
+        order = sorted((piece, token) for token, piece in enumerate(spelling.pieces[:vocab]) if piece)
+        return cls(tuple(piece for piece, _ in order), tuple(token for _, token in order))
+
+    def starting_with(self, prefix: bytes) -> list[int]:
+        """The tokens whose bytes start with `prefix` (the prefix's own token included)."""
+        low, after = bisect.bisect_left(self.keys, prefix), _successor(prefix)
+        high = len(self.keys) if after is None else bisect.bisect_left(self.keys, after)
+        return list(self.ids[low:high])
+
+    def extends(self, piece: bytes) -> bool:
+        """Is some other token's bytes `piece` followed by more?"""
+        low = bisect.bisect_right(self.keys, piece)
+        return low < len(self.keys) and self.keys[low].startswith(piece)
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The least byte string greater than every string that starts with `prefix` (b"\xff" bytes carry); None when
+    there is none (the prefix is all b"\xff": its range runs to the end)."""
+    head = prefix.rstrip(b"\xff")
+    return head[:-1] + bytes([head[-1] + 1]) if head else None
+
+
 # ---------------------------------------------------------------- committed text, a character at a time
 
 class TextStream:
@@ -193,9 +233,9 @@ def char_start(text: bytes, offset: int) -> int:
     return offset
 
 
-def spans(pieces: list[bytes]) -> list[tuple[int, int]]:
-    """Byte offsets [start, end) of consecutive pieces."""
-    out, at = [], 0
+def spans(pieces: list[bytes], start: int = 0) -> list[tuple[int, int]]:
+    """Byte offsets [start, end) of consecutive pieces, the first starting at `start`."""
+    out, at = [], start
     for piece in pieces:
         out.append((at, at + len(piece)))
         at += len(piece)

@@ -77,10 +77,12 @@ RoundRecord
         tokenizer | "shared": sampling, each draft one target token of the same bytes), draft, target (the two
         tokenizers' model names), pieces: [{id, text, start, end}] the draft's tokens this round in its own
         vocabulary (byte offsets into the drafted text; a piece that ends inside a character shows its bytes
-        escaped), nodes: [{node (tree node id), start, end, pieces (indices of the draft pieces that share a byte with
+        escaped; a first piece that starts below 0 spells the committed text's last bytes again: token healing,
+        context.healed), nodes: [{node (tree node id), start, end, pieces (indices of the draft pieces that share a byte with
         this target token)}], unsent (drafted text not sent: past the round's limit, or a character left unfinished),
         context: {kept (draft tokens of the committed text the draft's cache kept), fed (tokens fed to catch up:
-        what the target committed, and the last few drafts encoded again from text)}}
+        what the target committed, and the last few drafts encoded again from text), healed (optional: the
+        committed text's last bytes that the first draft spelled again, "" when the round did not heal)}}
 With recording off, rounds keep their counters, committed ids and timings; nodes, texts and rule checks are empty,
 and rule keeps only name, limit, reason and the controller's scalar choice (cap: its plan; bound: how far the round
 could go past it; best, probe, alpha, c, overruled, extended, ...; no curves): why a round drafted nothing (a cap of

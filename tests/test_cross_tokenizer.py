@@ -131,16 +131,21 @@ def test_end_of_sequence_is_honoured_exactly(toys):
 
 
 class _Checked(CrossTokenizerDrafter):
-    """After every round's sync the draft's cache holds draft tokens that spell the committed text exactly."""
+    """After every round's sync the draft's cache holds draft tokens that spell the committed text exactly, but for
+    the bytes the round healed (its first draft spells them again)."""
 
     rounds: list[tuple[int, int]] = []
     first: list[int] = []
+    healed = 0  # rounds whose first draft healed the text's last token
 
     def propose(self, ids, limit, rule, warp, generator, record):
         proposal = super().propose(ids, limit, rule, warp, generator, record)
         if proposal.tree.n_drafted:
             head = len(self.draft.start)
-            assert self.draft.bytes_of(self.fed[head:self.trusted]) == bytes(self.committed.text)
+            assert self.draft.bytes_of(self.fed[head:self.trusted]) + self.held == bytes(self.committed.text)
+            if len(self.fed) > self.trusted:  # the first draft was fed (the round's limit went past it)
+                assert self.draft.bytes_of(self.fed[self.trusted:self.trusted + 1]).startswith(self.held)
+            _Checked.healed += bool(self.held)
             assert self.runner.length == len(self.fed) == len(self.ends)
             _Checked.rounds.append((len(self.fed), self.trusted))
             _Checked.first.append(self.fed[0])
@@ -158,6 +163,35 @@ def test_a_draft_with_its_own_bos_keeps_it_first(toys, monkeypatch):
     trace = generate(cross(gamma=4, max_new_tokens=30), ids(target, "cc ab ba"), target=target, draft=toys["bos"])
     assert trace.output_ids == baseline_ids(target, ids(target, "cc ab ba"), 30)
     assert _Checked.first and set(_Checked.first) == {bos}  # every round's draft context starts with its BOS
+
+
+def test_token_healing_respells_the_texts_last_token_and_stays_exact(toys, monkeypatch):
+    """The toy draft's "b" starts "ba" and "b ": rounds whose text ends in such a token heal it (the first draft
+    spells its bytes again); the cache invariant holds (_Checked) and the output is the baseline's."""
+    from dataclasses import replace
+
+    spec = registry.DRAFTERS["cross-tokenizer"]
+    monkeypatch.setitem(registry.DRAFTERS, "cross-tokenizer", replace(spec, build=_Checked.from_context))
+    _Checked.healed = 0
+    target = toys["target"]
+    prompt = ids(target, "cc ab ba")
+    trace = generate(cross(gamma=4, max_new_tokens=40), prompt, target=target, draft=toys["other"])
+    assert trace.output_ids == baseline_ids(target, prompt, 40)
+    healed = [r.retokenized for r in trace.rounds if r.retokenized and r.retokenized["context"]["healed"]]
+    assert _Checked.healed > 0 and len(healed) == _Checked.healed
+    for info in healed:  # the first piece starts inside the committed text, by the healed bytes
+        assert info["pieces"][0]["start"] == -len(info["context"]["healed"].encode())
+        assert info["pieces"][0]["text"].startswith(info["context"]["healed"])
+
+
+def test_the_prefix_index_finds_every_token_that_starts_with_some_bytes():
+    spelling = retokenize.Spelling("toy", (b"a", b"ab", b"abc", b"b", b"", b"\xff", b"\xff\xff", b"ac"), lambda t: [])
+    index = retokenize.PrefixIndex.of(spelling, 8)
+    assert sorted(index.starting_with(b"a")) == [0, 1, 2, 7]
+    assert sorted(index.starting_with(b"ab")) == [1, 2] and index.starting_with(b"abd") == []
+    assert sorted(index.starting_with(b"\xff")) == [5, 6]  # no byte after 0xff: the range runs to the end
+    assert index.extends(b"a") and index.extends(b"ab") and index.extends(b"\xff")
+    assert not index.extends(b"abc") and not index.extends(b"b") and not index.extends(b"ac")
 
 
 def test_the_draft_cache_follows_the_committed_text(toys, monkeypatch):
@@ -282,7 +316,10 @@ def test_the_trace_keeps_both_tokenizations_and_loads_back(toys):
     rnd = next(r for r in trace.rounds if r.retokenized and r.retokenized["pieces"])
     info = rnd.retokenized
     assert [p["text"] for p in info["pieces"]] == [toys["other"].tokenizer.decode([p["id"]]) for p in info["pieces"]]
+    healed = info["context"]["healed"].encode()
     drafted = "".join(p["text"] for p in info["pieces"]).encode()
+    assert drafted.startswith(healed) and info["pieces"][0]["start"] == -len(healed)
+    drafted = drafted[len(healed):]  # the text's last bytes, spelled again by a healed first piece, are not drafted
     assert info["pieces"][-1]["end"] == len(drafted)
     for entry in info["nodes"]:  # each target token's bytes are the drafted text's bytes at its span
         node = rnd.nodes[entry["node"]]

@@ -46,3 +46,28 @@ def test_smollm2_drafting_for_qwen_equals_the_baseline(pair, prompt):
         assert trace.totals["accepted"] > 0 and trace.totals["tau"] > 1.3  # the pair agrees often enough to help
         if prompt == CODE_PROMPT:  # code's whitespace runs split differently; plain English words often do not
             assert any(len(n["pieces"]) != 1 for r in trace.rounds if r.retokenized for n in r.retokenized["nodes"])
+
+
+def test_token_healing_lets_the_draft_indent_after_a_line_break():
+    """Qwen writes "):\n" as one token and the indentation after it; SmolLM2 spells a line break and an indent as
+    "\n   " + " ...". Reading the text's bare "\n" the draft starts an unindented line (a code fence, here); with
+    the "\n" healed its first draft is "\n   ", the indent the target writes next."""
+    from decoders.drafters.cross_tokenizer import CrossTokenizerDrafter, _spelling
+    from decoders.models import load_model, load_tokenizer
+    from decoders.rules import StaticRule
+    from decoders.sampling import Warp
+
+    draft, qwen = load_model("smollm2-135m", dtype="float32"), load_tokenizer("qwen2.5-coder-1.5b")
+    ids = qwen.tokenizer.encode('def add(a, b):\n    """Return the sum of a and b."""\n    return a + b\n\n\n'
+                                'def sub(a, b):\n')
+    assert qwen.tokenizer.decode(ids[-1:]) == "):\n"
+    drafted = {}
+    for heal in (True, False):
+        drafter = CrossTokenizerDrafter(draft.model, _spelling(draft, "draft"), _spelling(qwen, "target"))
+        if not heal:
+            drafter.prefixes = None
+        drafter.start(ids)
+        proposal = drafter.propose(ids, 4, StaticRule(4), Warp(0.0), None, True)
+        drafted[heal] = qwen.tokenizer.decode(proposal.tree.tokens[1:])
+        assert proposal.retokenized["context"]["healed"] == ("\n" if heal else "")
+    assert drafted[True].startswith("    ") and not drafted[False][:1].isspace(), drafted

@@ -42,12 +42,13 @@ def retokenize_figure(trace: Trace | None, index: int | None = None) -> go.Figur
     _draft_lane(fig, info)
     _target_lane(fig, rnd, info)
     end = max(piece["end"] for piece in info["pieces"])
+    start = min(0, info["pieces"][0]["start"])  # below 0: a healed first piece spells committed bytes again
     title = wrap_title(_headline(rnd, info), 70)
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), height=290, barmode="overlay", bargap=0.35,
         margin=dict(l=10, r=10, t=title_margin(title), b=80), plot_bgcolor="white", hovermode="closest",
         legend=dict(orientation="h", y=-0.45, x=0, yanchor="top", font=dict(size=10)),
-        xaxis=dict(range=[-0.5, end + 0.5], title=dict(text="bytes of the drafted text", font=dict(size=10)),
+        xaxis=dict(range=[start - 0.5, end + 0.5], title=dict(text="bytes of the drafted text", font=dict(size=10)),
                    showgrid=False, zeroline=False, tickfont=dict(size=9, color="#888")),
         yaxis=dict(tickvals=list(LANES.values()), ticktext=[f"draft: {info['draft']}", f"target: {info['target']}"],
                    range=[-0.6, 1.6], showgrid=False, zeroline=False, tickfont=dict(size=11)))
@@ -75,6 +76,10 @@ def _draft_lane(fig: go.Figure, info: dict) -> None:
         text = html.escape(repr(piece["text"]))
         lines = [f"<b>{text}</b>: the draft's token (id {piece['id']} in {html.escape(info['draft'])}'s vocabulary), "
                  f"bytes {piece['start']}–{piece['end']} of the drafted text"]
+        if piece["start"] < 0:
+            healed = html.escape(repr((info.get("context") or {}).get("healed", "")))
+            lines.append(f"its first {-piece['start']} bytes ({healed}) are the committed text's end, spelled again: "
+                         "token healing (the draft chose a longer token than the text's last one)")
         if became:
             lines.append("became part of the target's " + " + ".join(
                 f"node {node['node']}" for node in became))
@@ -137,10 +142,13 @@ def _summary(rnd: RoundRecord, info: dict) -> str:
     """The figure in words, with what the draft's cache did to catch up."""
     context = info.get("context") or {}
     drafted = "".join(piece["text"] for piece in info["pieces"])
+    healed = context.get("healed", "")
+    drafted = drafted[len(healed):] if healed and drafted.startswith(healed) else drafted
     return (f"{_headline(rnd, info)}. Mode: {MODES.get(info.get('mode'), info.get('mode'))}. Drafted text: "
             f"{drafted!r}; not sent: {info.get('unsent', '')!r}. Before drafting, the draft's cache kept "
             f"{context.get('kept', 0)} of its tokens of the committed text and fed {context.get('fed', 0)} "
-            "(what the target committed, and the last drafts encoded again).")
+            "(what the target committed, and the last drafts encoded again)" +
+            (f"; its first draft spelled the text's last {healed!r} again (token healing)." if healed else "."))
 
 
 def _why_empty(rnd: RoundRecord) -> str:

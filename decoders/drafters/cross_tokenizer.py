@@ -7,6 +7,10 @@ The draft decodes in its own tokens, with its own KV cache, over its own encodin
    in the draft's cache. Those that still spell it are kept, minus the last LOOKBEHIND: those and everything after
    them are encoded again from text, since a boundary the draft drew may merge with what the target went on to
    commit (" hel" then "lo" is " hello" to a tokenizer). The cache drops what it no longer holds.
+   Token healing, temperature 0: when longer draft tokens start with the bytes of the text's last draft token, the
+   same forward also gives the logits before it; if the draft's best token there is one of those longer ones, the
+   last token goes back out of the cache and that token is the first draft (retokenize.PrefixIndex). "):\n" then
+   four spaces is "):" + "\n   " + " return" to SmolLM2; a draft that reads a bare "\n" drafts an unindented line.
 2. draft: up to `limit` tokens in the draft's vocabulary, the draft-length rule judging each position.
 3. hand over. Temperature 0: the drafted text (whole characters) is encoded by the target's tokenizer, and greedy
    verification needs only the target's argmax. Temperature > 0: the draft samples only among its tokens that are
@@ -19,8 +23,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OptionsError
-from ..retokenize import (SharedPieces, Spelling, TextStream, overlapping, shared_pieces, spans, spelling_of,
-                          whole_text)
+from ..retokenize import (PrefixIndex, SharedPieces, Spelling, TextStream, overlapping, shared_pieces, spans,
+                          spelling_of, whole_text)
 from ..runner import CachedModel
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal, draft_position
@@ -37,6 +41,9 @@ class CrossTokenizerDrafter(Drafter):
         self.draft, self.target = draft, target
         self.eos_ids, self.target_eos = set(eos_ids), set(target_eos_ids)
         self.shared = shared  # sampling: drafts only among these (None at temperature 0: re-tokenized)
+        # Token healing at temperature 0 only: a sampled draft is one target token each, none may cover committed text
+        self.prefixes = PrefixIndex.of(draft, _vocab(model)) if shared is None else None
+        self.held = b""  # this round's healed bytes: the committed text's last ones, which the first draft repeats
         if shared is not None:
             self.outside = ~shared.draft_mask(self.runner.device)  # (V_draft,) True where no target token matches
             as_target = torch.full((shared.draft_vocab,), -1, dtype=torch.long)  # (V_draft,)
@@ -76,7 +83,8 @@ class CrossTokenizerDrafter(Drafter):
     def _sync(self, ids: list[int]) -> tuple[list[int], list[int]] | None:
         """Drop the cache back to the draft tokens that still spell the committed text (less LOOKBEHIND) and return
         the context tokens to feed after them with their ends: at least one token, so that a forward gives the
-        logits after the whole text. None when the text ends inside a character (the target's tokens split it)."""
+        logits after the whole text, and two when the last one may be healed (`self.held` its bytes, _catch_up).
+        None when the text ends inside a character (the target's tokens split it)."""
         for token in ids[self.seen:]:
             self.committed.push(self.target.piece(token))
         self.seen = len(ids)
@@ -97,12 +105,21 @@ class CrossTokenizerDrafter(Drafter):
             return None
         same = next((i for i, (a, b) in enumerate(zip(self.fed[back:], tail)) if a != b),
                     min(len(tail), len(self.fed) - back))
-        keep = min(back + same, len(context) - 1)
+        hold = self._heals(context, head)
+        keep = min(back + same, len(context) - 1 - hold)
         ends = self.ends[:back] + _ends(self.draft, tail, offset, len(text), head if back == 0 else 0)
         self.runner.drop_last(len(self.fed) - keep)  # also every round's crop point for sliding-window drafts
         self.fed, self.ends = self.fed[:keep], self.ends[:keep]
         self.trusted = keep
+        self.held = self.draft.piece(context[-1]) if hold else b""
         return context[keep:], ends[keep:]
+
+    def _heals(self, context: list[int], head: int) -> int:
+        """1 if the context's last token may be healed: greedy, a token of the text (not the draft's BOS) after
+        another token, and longer draft tokens that start with its bytes; else 0."""
+        last = len(context) - 1
+        return int(self.prefixes is not None and last >= max(head, 1) and
+                   self.prefixes.extends(self.draft.piece(context[last])))
 
     def _spelled(self, text: bytes) -> int:
         """How many fed tokens spell the committed text from its start: the trusted ones, then drafted ones while
@@ -124,6 +141,23 @@ class CrossTokenizerDrafter(Drafter):
         self.ends += ends
         return logits
 
+    def _catch_up(self, tokens: list[int], ends: list[int]) -> torch.Tensor:
+        """Feed the context tokens; the logits for the first draft. Token healing: when the draft's best token
+        before the last context token is a longer one with the same first bytes, that last token leaves the cache
+        and the logits before it, kept to those tokens, are the first draft's (else self.held is cleared)."""
+        if not self.held:
+            return self._feed(tokens, ends)
+        rows = self.runner.forward(tokens)  # (n, V_draft): the logits after each fed token, n >= 2
+        self.fed += tokens
+        self.ends += ends
+        healed = self._healed(rows[-2])  # (V_draft,)
+        if self.draft.piece(int(healed.argmax())) == self.held:  # the draft writes that token itself: no healing
+            self.held = b""
+            return rows[-1]
+        self.runner.drop_last(1)
+        self.fed, self.ends = self.fed[:-1], self.ends[:-1]
+        return healed
+
     # ---------------------------------------------------------------- a round
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
@@ -134,7 +168,7 @@ class CrossTokenizerDrafter(Drafter):
         if synced is None:
             return Proposal(root, reason=DraftStop.MID_CHARACTER)
         kept = len(self.fed)
-        logits = self._feed(*synced)  # (V_draft,)
+        logits = self._catch_up(*synced)  # (V_draft,)
         self.context_fed += len(synced[0])
         self.trusted = len(self.fed)
         own = Proposal(DraftTree.root_only(self.fed[-1]), forwards=1)  # the draft's chain, in its own tokens
@@ -159,6 +193,13 @@ class CrossTokenizerDrafter(Drafter):
             proposal.retokenized = self._record(drafted, tree, kept, len(synced[0]))
         return proposal
 
+    def _healed(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits with every token that does not start with the healed bytes at -inf. (V_draft,)"""
+        allowed = torch.tensor(self.prefixes.starting_with(self.held), device=logits.device)  # (A,)
+        out = torch.full_like(logits, float("-inf"))  # (V_draft,)
+        out[allowed] = logits[allowed]
+        return out
+
     def _target_eos(self, token: int) -> bool:
         return self.shared is not None and self.as_target[token] in self.target_eos
 
@@ -174,7 +215,7 @@ class CrossTokenizerDrafter(Drafter):
     def _retokenize(self, pending: int, drafted: list[int], limit: int) -> list[int]:
         """Greedy: the target's tokens for the drafted text (whole characters), encoded after the pending token
         where that token survives the joint encoding (else alone), at most `limit`, none after an EOS."""
-        text = whole_text(self.draft.bytes_of(drafted))
+        text = whole_text(self.draft.bytes_of(drafted)[len(self.held):])  # less the healed bytes (committed text)
         if not text:
             return []
         tokens = self.target.encode(text)
@@ -192,7 +233,7 @@ class CrossTokenizerDrafter(Drafter):
     def _record(self, drafted: list[int], tree: DraftTree, kept: int, fed: int) -> dict:
         """Both tokenizations of the round, for the trace (decoders/trace.py `retokenized`)."""
         pieces = [self.draft.piece(token) for token in drafted]
-        piece_spans = spans(pieces)
+        piece_spans = spans(pieces, start=-len(self.held))  # a healed first piece starts in the committed text
         node_spans = spans([self.target.piece(token) for token in tree.tokens[1:]])
         sent = node_spans[-1][1] if node_spans else 0
         return {"mode": "shared" if self.shared is not None else "retokenized", "draft": self.draft.name,
@@ -201,8 +242,8 @@ class CrossTokenizerDrafter(Drafter):
                            for token, piece, (a, b) in zip(drafted, pieces, piece_spans)],
                 "nodes": [{"node": i + 1, "start": a, "end": b, "pieces": overlapping((a, b), piece_spans)}
                           for i, (a, b) in enumerate(node_spans)],
-                "unsent": b"".join(pieces)[sent:].decode("utf-8", "backslashreplace"),
-                "context": {"kept": kept, "fed": fed}}
+                "unsent": b"".join(pieces)[len(self.held) + sent:].decode("utf-8", "backslashreplace"),
+                "context": {"kept": kept, "fed": fed, "healed": self.held.decode("utf-8", "backslashreplace")}}
 
     def summary(self) -> dict:
         return {"cross_tokenizer": {"mode": "shared" if self.shared is not None else "retokenized",
