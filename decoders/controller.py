@@ -295,11 +295,12 @@ class CostAwareRule(DraftRule):
         Its distribution is already paid for (the check reads it), so the token itself costs only its verification,
         t(k+1) − t(k); below the round's bound, drafting it also pays c for the next position's forward, which buys
         that position's token with chance α at the next depth. It pays when tokens per step beat the chosen cap's
-        rate."""
-        reach = 1.0
-        for verdict in self.verdicts:
-            reach *= (self.doubtful if verdict else self.sure).rate
-        token = reach * (self.doubtful if doubtful else self.sure).rate
+        rate. A position's chance once those above it are taken: a sure one's at least its depth's α_k and a_sure,
+        a doubtful one's at most both. Why: a_sure alone reads a line's missed first token as doubt about its
+        eighth (code editing: rounds stopped sure at the cap where AdaEDL's L_max 8 took 8 of 8)."""
+        chance = [min(a, self.doubtful.rate) if doubt else max(a, self.sure.rate)
+                  for a, doubt in zip(self.last["by_depth"], self.verdicts + [doubtful])]
+        token = math.prod(chance)  # reach (the drafts above taken) times this position's own chance
         worth, steps = token, self.cost_t(position + 1) - self.cost_t(position)
         if position < self.last.get("bound", self.last.get("cap", position)):
             worth += token * self.last["by_depth"][position]  # the next position's chance, once this one is taken

@@ -106,6 +106,27 @@ def test_past_the_cap_a_sure_position_that_pays_is_drafted_and_a_doubtful_one_st
     assert rule.update(cap + 2, cap + 2)["controller"]["extended"] == 2
 
 
+def test_a_sure_position_is_priced_at_its_depth_s_alpha_when_that_is_higher_than_a_sure():
+    """Code editing: lines' first tokens are missed (a_sure low) while a round that survives its start copies the
+    line (α at depth 5-8 high). A sure position past the cap is worth its depth's α, not the one rate of every
+    depth; with a_sure alone (0.55^k) the round below would stop at the cap."""
+    t = lambda n: 1 + 0.07 * (n - 1)
+    estimate = AcceptanceEstimate(prior=0.6)
+    for _ in range(3):
+        estimate.update(0, 1)  # first tokens missed
+        estimate.update(8, 8)  # or whole lines taken
+    rule = CostAwareRule(Judging(lambda position: True), t=t, c=0.2, estimate=estimate)
+    rule.sure = PositionRate(prior=0.55)
+    bound, cap = rule.limit(), rule.last["cap"]
+    assert bound == 32 and 0 < cap < 32
+    for position in range(1, cap + 1):
+        assert rule.check(position, None)[0] is False
+    stop, record = rule.check(cap + 1, None)
+    assert stop is False and record["past_cap"] and record["worth"] > record["price"]
+    rates = rule.last["by_depth"]
+    assert record["worth"] > 0.55 ** (cap + 1) * (1 + rates[cap + 1]) * 1.5  # well above what a_sure alone gives
+
+
 def test_without_a_rule_that_judges_positions_the_cap_is_the_bound():
     rule = CostAwareRule(StaticRule(8), t=lambda n: 1 + 0.07 * (n - 1), c=0.2)
     assert rule.limit() == rule.last["cap"]  # prompt lookup and static γ: nothing to judge past the cap
