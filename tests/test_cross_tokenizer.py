@@ -182,6 +182,12 @@ def test_token_healing_respells_the_texts_last_token_and_stays_exact(toys, monke
     for info in healed:  # the first piece starts inside the committed text, by the healed bytes
         assert info["pieces"][0]["start"] == -len(info["context"]["healed"].encode())
         assert info["pieces"][0]["text"].startswith(info["context"]["healed"])
+    from app.figures.retokenize import retokenize_figure
+
+    index = next(r.index for r in trace.rounds if r.retokenized and r.retokenized["context"]["healed"])
+    figure = retokenize_figure(trace, index)  # the page says so: on the healed piece's hover and in the summary
+    assert any("token healing" in h for t in figure.data for h in t.hovertext)
+    assert "(token healing)" in figure.layout.meta and figure.layout.xaxis.range[0] < 0
 
 
 def test_the_prefix_index_finds_every_token_that_starts_with_some_bytes():

@@ -75,11 +75,12 @@ def _draft_lane(fig: go.Figure, info: dict) -> None:
         became = [node for node in info["nodes"] if i in node["pieces"]]
         text = html.escape(repr(piece["text"]))
         lines = [f"<b>{text}</b>: the draft's token (id {piece['id']} in {html.escape(info['draft'])}'s vocabulary), "
-                 f"bytes {piece['start']}–{piece['end']} of the drafted text"]
+                 f"bytes {max(piece['start'], 0)}–{piece['end']} of the drafted text"]
         if piece["start"] < 0:
             healed = html.escape(repr((info.get("context") or {}).get("healed", "")))
-            lines.append(f"its first {-piece['start']} bytes ({healed}) are the committed text's end, spelled again: "
-                         "token healing (the draft chose a longer token than the text's last one)")
+            count = -piece["start"]
+            lines.append(f"before them, its first {count} byte{'s' * (count != 1)} ({healed}): the committed text's "
+                         "end, spelled again (token healing: the draft chose a longer token than the text's last one)")
         if became:
             lines.append("became part of the target's " + " + ".join(
                 f"node {node['node']}" for node in became))
@@ -133,7 +134,8 @@ def pieces_lines(rnd: RoundRecord, node: int) -> list[str]:
 def _headline(rnd: RoundRecord, info: dict) -> str:
     pieces, nodes = len(info["pieces"]), len(info["nodes"])
     accepted = sum(1 for node in rnd.nodes if node.status == "accepted")
-    how = "were re-tokenized into" if info.get("mode") == "retokenized" else "were sent as"
+    verb = "were" if pieces != 1 else "was"
+    how = f"{verb} re-tokenized into" if info.get("mode") == "retokenized" else f"{verb} sent as"
     return (f"Round {rnd.index + 1}: the draft's {pieces} token{'s' * (pieces != 1)} {how} {nodes} target "
             f"token{'s' * (nodes != 1)} · {accepted} accepted")
 
