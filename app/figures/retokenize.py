@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
-from app.shared.theme import STATUS_COLORS, STATUS_LABELS, describe, empty_figure, marks_in, title_margin, \
-    visible_token, wrap_title
+from app.shared.theme import STATUS_COLORS, STATUS_LABELS, describe, empty_figure, hover_lines, marks_in, \
+    title_margin, visible_token, wrap_title
 
 DRAFT_COLOR = "#9ecae1"  # the draft's own tokens (a light blue: they are not a verdict)
 UNSENT_COLOR = "#e6e6e6"
@@ -43,7 +43,7 @@ def retokenize_figure(trace: Trace | None, index: int | None = None) -> go.Figur
     _target_lane(fig, rnd, info)
     end = max(piece["end"] for piece in info["pieces"])
     start = min(0, info["pieces"][0]["start"])  # below 0: a healed first piece spells committed bytes again
-    title = wrap_title(_headline(rnd, info), 70)
+    title = wrap_title(_headline(rnd, info))
     fig.update_layout(
         title=dict(text=title, font=dict(size=13)), height=290, barmode="overlay", bargap=0.35,
         margin=dict(l=10, r=10, t=title_margin(title), b=80), plot_bgcolor="white", hovermode="closest",
@@ -74,7 +74,7 @@ def _draft_lane(fig: go.Figure, info: dict) -> None:
     for i, piece in enumerate(info["pieces"]):
         became = [node for node in info["nodes"] if i in node["pieces"]]
         text = html.escape(repr(piece["text"]))
-        lines = [f"<b>{text}</b>: the draft's token (id {piece['id']} in {html.escape(info['draft'])}'s vocabulary), "
+        lines = [f"<b>{text}</b>: the draft's token", f"id {piece['id']} in {html.escape(info['draft'])}'s vocabulary, "
                  f"bytes {max(piece['start'], 0)}–{piece['end']} of the drafted text"]
         if piece["start"] < 0:
             healed = html.escape(repr((info.get("context") or {}).get("healed", "")))
@@ -90,7 +90,7 @@ def _draft_lane(fig: go.Figure, info: dict) -> None:
         if meaning:
             lines.append(f"label: {meaning}")
         box = {"start": piece["start"], "end": piece["end"], "label": visible_token(piece["text"], 12),
-               "hover": "<br>".join(lines)}
+               "hover": hover_lines(lines)}
         (sent if became or piece["start"] < sent_end else unsent).append(box)
     _bars(fig, "draft", sent, "the draft's tokens", DRAFT_COLOR)
     _bars(fig, "draft", unsent, "drafted, not sent", UNSENT_COLOR, "#777")
@@ -103,11 +103,11 @@ def _target_lane(fig: go.Figure, rnd: RoundRecord, info: dict) -> None:
         node = nodes.get(entry["node"])
         status = node.status if node is not None else "not_reached"
         text = node.text if node is not None else ""
-        lines = [f"<b>{html.escape(repr(text))}</b>: the target's token (node {entry['node']}, "
-                 f"{STATUS_LABELS.get(status, status)}), bytes {entry['start']}–{entry['end']} of the drafted text",
-                 pieces_sentence(info, entry)]
+        lines = [f"<b>{html.escape(repr(text))}</b>: the target's token",
+                 f"node {entry['node']}, {STATUS_LABELS.get(status, status)}, bytes {entry['start']}–{entry['end']} of "
+                 "the drafted text", pieces_sentence(info, entry)]
         by_status.setdefault(status, []).append({"start": entry["start"], "end": entry["end"],
-                                                 "label": visible_token(text, 12), "hover": "<br>".join(lines)})
+                                                 "label": visible_token(text, 12), "hover": hover_lines(lines)})
     for status in ("accepted", "rejected", "not_reached"):
         font = "#fff" if status == "rejected" else "#111"
         _bars(fig, "target", by_status.get(status, []), f"target token: {STATUS_LABELS[status]}",

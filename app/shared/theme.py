@@ -103,6 +103,12 @@ def wrap_title(text: str, width: int = 44) -> str:
     return "<br>".join(lines)
 
 
+def hover_lines(lines: list[str], width: int = 48) -> str:
+    """A hover box's lines joined, each after the first (which may hold a <b> tag around spaces) wrapped at `width`
+    characters: plotly never wraps a hover, and a long line runs off a phone-width plot."""
+    return "<br>".join(lines[:1] + [wrapped for line in lines[1:] for wrapped in _wrap_words(line, width)])
+
+
 def _wrap_words(text: str, width: int) -> list[str]:
     lines = [""]
     for word in text.split(" "):
