@@ -269,6 +269,23 @@ def test_the_calibration_is_kept_per_match_length_at_each_step():
     assert calibration.chances(long) == pytest.approx([0.5 * a12, 0.5 * a12, 0.5 * a12 ** 2])
 
 
+def test_a_child_is_never_more_likely_than_its_parent_after_rounding():
+    """Seen on a replayed edit prompt: 3 of 3 at every step and a rate just below 1 gave (c * 3) / 3 > c, the child
+    sorted before its parent, and the round failed with 'parent 6 does not exist'."""
+    from decoders.drafters.suffix import StepCalibration, _best_first
+    from decoders.drafters.suffix_tree import Candidate, Draft
+
+    calibration = StepCalibration()
+    k = calibration.klass(8)
+    calibration.taken[k], calibration.expected[k] = 0.9775429114615266, 1.0  # rate(8) = the value seen
+    calibration.taken[k + 1] = calibration.expected[k + 1]  # rate(9 and up) = 1: every deeper step
+    draft = Draft(match_len=8, nodes=[Candidate(10 + d, d - 1, 1.0, 3, 3, d + 1) for d in range(6)])
+    chances = calibration.chances(draft)
+    assert chances == sorted(chances, reverse=True) and chances[0] == 0.9775429114615266
+    _best_first(draft, chances)
+    assert [node.parent for node in draft.nodes] == [-1, 0, 1, 2, 3, 4]  # parents first: a tree prefix
+
+
 def test_the_cost_controller_keeps_long_rounds_where_drafts_are_accepted(tiny):
     answer = baseline_ids(tiny, REPEATING, 40)
     store = SuffixStore()

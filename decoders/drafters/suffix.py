@@ -77,7 +77,8 @@ class StepCalibration:
         out: list[float] = []
         for node in draft.nodes:
             above = out[node.parent] if node.parent >= 0 else 1.0
-            out.append(above * node.count / node.of * self.rate(draft.match_len + node.depth - 1))
+            # min(): (above * 3) / 3 can round above `above`, and a child sorted before its parent breaks the tree
+            out.append(min(above, above * (node.count / node.of) * self.rate(draft.match_len + node.depth - 1)))
         return out
 
     def observe(self, draft: Draft, path: list[int]) -> None:
