@@ -67,7 +67,7 @@ def methods(factor: float = DecodeOptions.suffix_factor) -> list[Method]:
                  ngram=5, ngram_min=3),
             ours("ours/suffix", f"suffix decoding · tree ≤16, factor {factor:g}, p ≥ 0.1", "suffix",
                  suffix_factor=factor),
-            ours(HEADLINE, "suffix decoding · tree ≤16, cost-aware size", "suffix", suffix_factor=factor,
+            ours(HEADLINE, "suffix decoding · the same, cost-aware size", "suffix", suffix_factor=factor,
                  controller="cost")]
 
 

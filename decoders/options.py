@@ -84,8 +84,7 @@ class DecodeOptions:
     suffix_tokens: int = 16  # suffix: most draft nodes per round (vLLM: num_speculative_tokens, 32 on a GPU)
     suffix_factor: float = 2.0  # suffix: a matched tail of L tokens earns at most floor(factor * L) drafts; vLLM: 1.0
     #                             (a GPU batch pays for every wasted draft); 2 here: chosen on the tuning prompts by
-    #                             python -m bench.suffix --tune (bench/results/suffix-tune-smollm2-135m.md);
-    #                             controller "cost": unused, the price sizes the draft up to suffix_tokens
+    #                             python -m bench.suffix --tune (bench/results/suffix-tune-smollm2-135m.md)
     suffix_min_prob: float = 0.1  # suffix: draft a continuation only if count-estimated p >= this (vLLM 0.1)
 
     @classmethod

@@ -62,9 +62,7 @@ RoundRecord
         "min-prob" | "no-match" | "budget" | "cost"; the sent nodes, then the candidates the cap or, with controller
         "cost", the price left out) and
         adds: source ("this run" | "earlier outputs"), match (the tail's token ids), match_texts, match_len, cap
-        (min(suffix_tokens, floor(factor · match_len)); suffix_tokens under controller "cost", whose price sizes the
-        draft), sized_by ("factor" | "price"; absent in older traces: "factor"), score (sum of the drafted nodes'
-        values), factor,
+        (min(suffix_tokens, floor(factor · match_len))), score (sum of the drafted nodes' values), factor,
         min_prob, store {outputs, tokens}; each pool entry also has count and of (the continuation followed its
         parent string `count` of the `of` times that string occurred) and chance (controller "cost": the calibrated
         chance it is accepted, the product down its path of count / of × the trust of the match length that step

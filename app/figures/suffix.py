@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 
 from decoders.trace import RoundRecord, Trace
 
-from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, hover_lines, sig, title_margin, \
-    visible_token, wrap_title
+from app.shared.theme import OKABE_ITO, STATUS_COLORS, describe, empty_figure, sig, title_margin, visible_token, \
+    wrap_title
 
 SHOWN_TAIL = 12  # matched tokens drawn (a long match shows its last ones)
 SHOWN_NEXT = 8  # first-level continuations drawn
@@ -107,17 +107,13 @@ def _add_tail(fig: go.Figure, search: dict) -> None:
     shown = texts[-SHOWN_TAIL:]
     label = "tail: " + ("… " if len(texts) > len(shown) else "") + " ".join(visible_token(t, 8) for t in shown)
     factor = float(search.get("factor", 1.0))
-    if search.get("sized_by") == "price":
-        size = (f"the cost-aware cap sizes the draft, not the match's length: up to {search.get('cap')} candidates "
-                "(the most drafts per round), and the price chose how many of them to send")
-    else:
-        size = (f"a match this long earns at most floor({sig(factor)} × {search['match_len']}) = "
-                f"{int(factor * search['match_len'] + 1e-6)} drafts (the round's cap: {search.get('cap')}, also "
-                "bounded by the most drafts per round)")
     fig.add_annotation(text=html.escape(label), xref="paper", yref="paper", x=0, y=1.02, xanchor="left",
                        yanchor="bottom", showarrow=False, font=dict(size=12, color="#333"),
                        hovertext=f"the last {search['match_len']} tokens: " + html.escape(repr("".join(texts)))
-                                 + "<br>" + hover_lines([f"found in {search.get('source')};", size]))
+                                 + f"<br>found in {search.get('source')}; a match this long earns at most "
+                                   f"floor({sig(factor)} × {search['match_len']}) = "
+                                   f"{int(factor * search['match_len'] + 1e-6)} drafts (the round's cap: "
+                                   f"{search.get('cap')}, also bounded by the most drafts per round)")
 
 
 def _add_next(fig: go.Figure, search: dict) -> None:

@@ -5,11 +5,7 @@ often each did, as many tokens as the match is long (decoders/drafters/suffix_tr
 With controller "cost" (decoders/controller.py TreeCostRule) a round sends only the best prefix of its draft by
 expected tokens per unit of this machine's verification cost, none when no prefix beats the plain step; the counts'
 estimates are calibrated first by how often the target took a drafted step after a match of that length
-(StepCalibration). The price then sizes the draft, so the match's length no longer caps it (factor × L applies to
-the counts alone): after an edit breaks a copy, the next match is short while the copy that resumes is long, and a
-cap of floor(2 × 3) = 6 took three rounds to climb back to 16. Replayed along greedy outputs (SmolLM2-135M, the
-machine's t(n)): +4 % on the scored code-editing and code-writing prompts, +10 % on 24 other HumanEval edits, ±1 % on
-chat.
+(StepCalibration).
 
 Two trees, as in the paper: one over this run's prompt and output, grown as tokens are committed, and one over a
 store of earlier outputs (SuffixStore: the visitor's, passed in through the API; bounded, first in first out). Each
@@ -187,15 +183,14 @@ class SuffixDrafter(Drafter):
         self.sent = Draft()  # what observe() learns from: nothing, unless this round sends a draft
         if limit <= 0:
             return Proposal(tree, reason=DraftStop.BUDGET)
-        sized_by_price = rule is not None and rule.prices_trees
-        draft, source = self._best(ids, limit, None if sized_by_price else self.settings.factor)
+        draft, source = self._best(ids, limit)
         priced = self._price(draft, rule)
         self.sent = draft
         for node in draft.nodes:  # parents come before children (a child is found only once its parent is drafted)
             tree.add(node.parent + 1, node.token, None)  # no q: a point mass (its counts are in the search)
         proposal = Proposal(tree, reason=DraftStop.RULE if priced else _reason(draft, limit))
         if record:
-            proposal.search = self._search(draft, source, ids, "cost" if priced else proposal.reason, sized_by_price)
+            proposal.search = self._search(draft, source, ids, "cost" if priced else proposal.reason)
         return proposal
 
     def observe(self, n_before, n_accepted, path=None, features=None) -> None:
@@ -221,17 +216,16 @@ class SuffixDrafter(Drafter):
         draft.nodes = draft.nodes[:keep]
         return True
 
-    def _best(self, ids: list[int], limit: int, factor: float | None) -> tuple[Draft, str]:
-        """factor None: every match may fill max_tokens (the cost controller's price sizes the draft instead)."""
+    def _best(self, ids: list[int], limit: int) -> tuple[Draft, str]:
         s = self.settings
-        found = [(self.own.tree.speculate(ids, s.max_tokens, factor, s.min_prob, limit, stop_after=self.eos, seen=1),
+        found = [(self.own.tree.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos, seen=1),
                   THIS_RUN)]  # the run's own tree holds `ids` itself: its tails' last occurrence is their own
         if self.earlier is not None:
-            found.append((self.earlier.speculate(ids, s.max_tokens, factor, s.min_prob, limit, stop_after=self.eos),
+            found.append((self.earlier.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos),
                           EARLIER))
         return max(found, key=lambda pair: pair[0].score)  # the earlier outputs win only with a better score
 
-    def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop | str, by_price: bool) -> dict:
+    def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop | str) -> dict:
         """The trace's RoundRecord.search (schema in decoders/trace.py): the pool is the sent nodes, then those the
         price held back (controller "cost"), then the candidates that passed min_prob but not the cap; value = the
         count-estimated probability, chance = the calibrated one (priced nodes only)."""
@@ -249,7 +243,6 @@ class SuffixDrafter(Drafter):
                 "source": source, "match": list(ids[len(ids) - draft.match_len:]) if draft.match_len else [],
                 "match_len": draft.match_len, "cap": draft.cap, "score": draft.score,
                 "factor": self.settings.factor, "min_prob": self.settings.min_prob, "store": store,
-                "sized_by": "price" if by_price else "factor",
                 "trust": self.calibration.rate(draft.match_len) if draft.match_len else None}
 
     def summary(self) -> dict:

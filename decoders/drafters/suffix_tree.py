@@ -10,8 +10,7 @@ sequence, cut to `depth` tokens, passes through the nodes of its first tokens). 
            a deeper node's estimate is the product down its path (so it never exceeds its parent's)
   grow     best first by that estimate, keeping nodes whose estimate is at least min_prob, until the draft holds
            cap(L) = min(max_tokens, floor(factor * L + offset)) tokens: a long match earns a large draft, a short
-           one a small draft (the paper's MAX_SPEC = alpha * p, vLLM's max_spec_factor); factor None: max_tokens
-           for every L (a caller that sizes the draft itself, as the cost controller does)
+           one a small draft (the paper's MAX_SPEC = alpha * p, vLLM's max_spec_factor)
   choose   every tail length L gives a draft; its score is the sum of its nodes' estimates (the expected number
            of accepted tokens if the estimates were right), and the best score wins (ties: the longer match)
 
@@ -122,7 +121,7 @@ class SuffixTree:
                 return None
         return node
 
-    def speculate(self, context: list[int], max_tokens: int, factor: float | None, min_prob: float, max_depth: int,
+    def speculate(self, context: list[int], max_tokens: int, factor: float, min_prob: float, max_depth: int,
                   offset: float = 0.0, stop_after: frozenset[int] = frozenset(), seen: int = 0) -> Draft:
         """The best-scoring draft over every tail length of `context` that occurred (see the module docstring).
         max_depth caps how deep a draft may go (the run's budget); stop_after: tokens not drafted past (an EOS);
@@ -132,7 +131,7 @@ class SuffixTree:
             node = self.find(context[-length:])
             if node is None or node.count <= seen:
                 break  # a longer tail contains this one, so it cannot have occurred earlier either
-            cap = max_tokens if factor is None else max(0, min(max_tokens, int(factor * length + offset + 1e-6)))
+            cap = max(0, min(max_tokens, int(factor * length + offset + 1e-6)))
             if cap < best.score:
                 continue  # every estimate is at most 1, so `cap` nodes cannot score more than the best so far
             draft = grow(node, cap, min_prob, max_depth, stop_after, seen)

@@ -235,8 +235,7 @@ def _suffix_controls(d) -> dict:
     c["suffix_factor"] = gr.Slider(0.25, 4.0, value=d.suffix_factor, step=0.25, label="factor (suffix: drafts per "
                                    "matched token)", info="A matched tail of L tokens earns at most floor(factor × L) "
                                    "drafts: a long match is trusted with a long draft. vLLM: 1; SpecLab: 2 (chosen "
-                                   "on this CPU: bench/results/suffix-tune-smollm2-135m.md). Under the cost-aware "
-                                   "cap the price sizes the draft instead.")
+                                   "on this CPU: bench/results/suffix-tune-smollm2-135m.md).")
     c["suffix_min_prob"] = gr.Slider(0.0, 1.0, value=d.suffix_min_prob, step=0.05, label="min probability (suffix)",
                                      info="A continuation is drafted only if the counts estimate its probability at "
                                           "this or more (how often it followed ÷ how often its parent occurred, "
