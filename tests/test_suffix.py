@@ -286,6 +286,16 @@ def test_a_child_is_never_more_likely_than_its_parent_after_rounding():
     assert [node.parent for node in draft.nodes] == [-1, 0, 1, 2, 3, 4]  # parents first: a tree prefix
 
 
+def test_a_drafted_continuation_is_never_estimated_above_its_parent():
+    """grow() multiplies counts down a path: (0.2 * 3) / 3 is 0.20000000000000004, above its parent's 0.2."""
+    tree = SuffixTree(4)
+    for seq in [[1, 2, 3]] * 3 + [[1, 4]] * 12:  # "1" 15 times, "1 2" 3 times, "1 2 3" 3 times
+        tree.add(seq)
+    draft = grow(tree.find([1]), 8, 0.0, 4, frozenset())
+    prob = {node.token: node.prob for node in draft.nodes}
+    assert prob[2] == 0.2 and prob[3] <= prob[2]
+
+
 def test_the_cost_controller_keeps_long_rounds_where_drafts_are_accepted(tiny):
     answer = baseline_ids(tiny, REPEATING, 40)
     store = SuffixStore()

@@ -152,7 +152,7 @@ def grow(matched: Node, cap: int, min_prob: float, max_depth: int, stop_after: f
         if depth >= max_depth:
             return
         for token, child in node.children.items():
-            estimate = prob * child.count / occurred
+            estimate = prob * (child.count / occurred)  # the ratio first: (prob * c) / o can round above prob
             if estimate >= min_prob:
                 heapq.heappush(heap, (-estimate, next(order), child, Candidate(token, parent, estimate, child.count,
                                                                                 occurred, depth + 1)))
