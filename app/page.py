@@ -13,6 +13,7 @@ from app.figures.race import RACE_CSS
 from app.figures.stats import STATS_CSS
 from app.figures.whisper import WHISPER_CSS
 from app.shared import glossary
+from app.shared.optional import WHISPER, build_or_explain
 from app.shared.theme import PAGE_CSS, PAGE_JS, SCROLL_CSS
 from app.tabs import beams as beams_tab
 from app.tabs.batch import layout as batch_tab
@@ -41,22 +42,23 @@ def build_demo() -> gr.Blocks:
 
 
 def _tabs(demo: gr.Blocks) -> None:
-    """The tabs, in order (each one module or package under app/tabs/)."""
+    """The tabs, in order (each one module or package under app/tabs/). Generate is the page; every other tab is
+    built through build_or_explain, so a piece missing on this server costs that tab alone (app/shared/optional.py)."""
     with gr.Tab("Generate", id="generate"):
         controls = generate_tab.build(demo)
     with gr.Tab("Race", id="race"):
-        race_tab.build(controls)
+        build_or_explain("The Race tab", (), lambda: race_tab.build(controls))
     with gr.Tab("Batch", id="batch"):
-        batch_tab.build()
+        build_or_explain("The Batch tab", (), batch_tab.build)
     with gr.Tab("Beams", id="beams"):
-        beams_controls = beams_tab.build()
+        beams_controls = build_or_explain("The Beams tab", (), beams_tab.build)
     with gr.Tab("Whisper", id="whisper"):
-        whisper_inputs = whisper_tab.build()
+        whisper_inputs = build_or_explain("The Whisper tab", WHISPER, whisper_tab.build)
         glossary.build()
     with gr.Tab("Learn", id="learn"):
-        lessons.build(controls, whisper_inputs, beams_controls)
+        build_or_explain("The Learn tab", (), lambda: lessons.build(controls, whisper_inputs, beams_controls))
     with gr.Tab("Claims", id="claims"):
-        claims.build()
+        build_or_explain("The Claims tab", (), claims.build)
 
 
 def launch_kwargs() -> dict:

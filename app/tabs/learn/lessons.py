@@ -312,7 +312,7 @@ def build(controls: dict, whisper: dict | None = None, beams: dict | None = None
                 lesson_tab.select(lambda n=number: n, None, picker, queue=False, show_progress="hidden")
                 gr.Markdown(f"### {lesson.title}\n\n{lesson.text}")
                 gr.Plot(lesson_figure(lesson), label=lesson.title)
-                table = lesson_table(lesson)
+                table = _whisper_missing(lesson) or lesson_table(lesson)
                 if table:
                     gr.HTML(table)
                 if lesson.coming:
@@ -324,7 +324,8 @@ def build(controls: dict, whisper: dict | None = None, beams: dict | None = None
                     states = try_states(lesson)
                     button.click(lambda s=states: (*(gr.update(**s[n]) for n in EXAMPLE_CONTROLS),
                                                    "Loaded: open the **Generate** tab and press **Run**."),
-                                 None, [*targets, note], queue=False, show_progress="hidden")
+                                 None, [*targets, note], queue=False, show_progress="hidden",
+                                 api_name=f"learn_try_{number}")  # named: the Space test drives one
                 elif lesson.figure == "whisper" and whisper:
                     _whisper_button(lesson, whisper)
                 elif lesson.figure == "forest" and beams:
@@ -334,6 +335,15 @@ def build(controls: dict, whisper: dict | None = None, beams: dict | None = None
     with gr.Accordion("Rejection-sampling explainer", open=False):
         explainer.build(with_glossary=False)
     glossary.build()
+
+
+def _whisper_missing(lesson: Lesson) -> str:
+    """For a Whisper lesson on a server without openai-whisper (its WER needs Whisper's normaliser): why the
+    transcripts are not shown; "" otherwise."""
+    from app.shared.optional import WHISPER, missing, missing_message
+
+    gone = missing(*WHISPER) if lesson.figure == "whisper" else []
+    return f"<p><b>Not available here.</b> {html.escape(missing_message(gone, 'This lesson'))}</p>" if gone else ""
 
 
 def _beams_button(lesson: Lesson, beams: dict) -> None:
