@@ -110,7 +110,8 @@ def test_an_example_click_brings_choices_that_admit_its_values(example):
 def test_max_confidence_starts_from_the_same_lambda_in_generate_and_race():
     """Before, the λ slider always sent 0.5, so max-confidence began at 0.5 in Generate and 0.4 in the Race."""
     picked = after_adjusting(opening_controls(model="qwen2.5-coder-1.5b", drafter="draft-model",
-                                              rule="max-confidence"), previous_rule=OPENING.rule)
+                                              rule="max-confidence", controller="off"),
+                             previous_rule=OPENING.rule)
     generate = handlers.options_from(picked)
     raced = race.race_options({"model": "qwen2.5-coder-1.5b", "methods": ["draft model · max-confidence"]})[1]
 
@@ -275,7 +276,10 @@ def test_the_opening_line_shows_the_baseline_recorded_beside_it():
     assert f"{fast:.2f} tokens/s, {fast / slow:.2f}× the baseline's {slow:.2f}" in status
     assert ", ".join(machine.split(", ")[:2]) in status and "**Run** repeats it live" in status
     shown = re.sub(r"<[^>]+>|\*\*", "", status)  # the visible text (a "busy" mark carries its measurement as a hover)
-    assert len(shown) <= 150  # about three lines at 420 px (test_browser.py: the result follows Run closely)
+    assert len(shown) <= 210  # about four lines at 420 px (test_browser.py: the result follows Run closely)
+    seconds = trace.totals["seconds"]  # issue 47.1: the line says where the time went, from the recording
+    verify = seconds["verify"] / sum(seconds.values())
+    assert f"τ {trace.totals['tau']:.1f}, {verify:.0%} of the time in the target's checks" in shown
     loads = [t.totals["recorded"]["load"] for t in (trace, baseline)]
     assert ("busy" in shown) == any(is_busy(load) for load in loads)  # said only from the measured load
     other = read_trace_file(ASSETS / "traces" / OPENING_TRACE)
