@@ -22,7 +22,7 @@ FROM_DRAFT, FROM_HEAD = "draft-model", "auto"
 TREE_SOURCES = ((FROM_DRAFT, "the draft model"), (FROM_HEAD, "an EAGLE head (shipped or trained for the target)"))
 # The recorded run the page opens on (assets/traces; its README says how it was made), and the controls' starting
 # values: that run's own options, every one of them (length and precision included), so Run repeats it live.
-OPENING_TRACE = "opening-lookup-type-hints.json"  # SmolLM2, prompt lookup, cost-aware length (bench/record_opening.py)
+OPENING_TRACE = "opening-suffix-type-hints.json"  # SmolLM2, suffix decoding, a code edit (bench/record_opening.py)
 OPENING_BASELINE = "opening-baseline-type-hints.json"  # the baseline recorded beside it, in the same process
 FALLBACK_OPENING = DecodeOptions(method="speculative", drafter="eagle2", eagle_head="auto")
 
