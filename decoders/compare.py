@@ -22,7 +22,9 @@ How the first difference is judged (at output position i, the run chose a, the b
    row's 16 best tokens was at most 3.5x (median 1.0x) the larger of a prefill's and a one-token step's, over 122
    positions in bfloat16, and 1.5x over 17 in float32; hence TOLERANCE = 6x the noise (headroom for wider trees
    and batched forwards), and at least a few units in the last place of the logits. So a bfloat16 forward must be
-   off by about 1 logit (6 x ~0.15) before it is called a bug, a float32 one by about 3e-4.
+   off by about 1 logit (6 x ~0.15) before it is called a bug, a float32 one by about 3e-4. (That calibration
+   took the larger of the loaded model's prefill and the baseline's steps as the noise; with the stock reference
+   prefill alone, the SmolLM2 bfloat16 flips of tests/test_compare.py still all read rounding.)
 - rounding: both sides' errors are within the tolerance, i.e. each forward was as close to the exact logits as
   rounding lets a correct forward be here, and the exact margin is within the errors they made on the two tokens
   (a flip of a gap wider than both forwards' errors is no rounding, whatever the tolerance says).
