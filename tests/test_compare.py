@@ -270,12 +270,31 @@ def test_the_exact_rescore_is_a_float64_forward_of_the_same_weights(form):
     before = lm.model(torch.tensor([prefix])).logits[0, -1].detach()
     exact = exact_logits(lm.model, prefix)
     with torch.no_grad():
-        expected = reference.double()(torch.tensor([prefix])).logits[0, -1]
+        expected = _float64_norms(reference.double())(torch.tensor([prefix])).logits[0, -1]
     assert exact.dtype == torch.float64 and torch.allclose(exact, expected, atol=1e-10, rtol=0)
     assert torch.equal(lm.model(torch.tensor([prefix])).logits[0, -1].detach(), before)  # the model is untouched
     scored = rescore(lm.model, prefix, [0, 1])
     assert {0, 1} <= set(scored.exact) and scored.noise >= 0 and scored.dtype == str(
         next(lm.model.parameters()).dtype).removeprefix("torch.")
+
+
+class _Float64Norm(torch.nn.Module):
+    """w * x / rms(x), all in float64: transformers' RMSNorm casts its input to float32 whatever it is."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.weight, self.eps = norm.weight, norm.variance_epsilon
+
+    def forward(self, x):
+        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def _float64_norms(model):
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__.endswith("RMSNorm"):
+                setattr(parent, name, _Float64Norm(child))
+    return model
 
 
 def _dequantized(reference, quantized):
@@ -288,3 +307,120 @@ def _dequantized(reference, quantized):
             if name in int8:
                 module.weight.copy_(int8[name])
     return reference
+
+
+def test_a_baseline_that_commits_a_token_its_forward_did_not_rank_first_is_a_mismatch(tiny, drafts, monkeypatch):
+    """A baseline-side commit bug: at its 4th step the baseline keeps its runner-up. The run is right, both forwards
+    are as exact as float32 gets, so only the baseline's own ranking can tell; the old classifier called it
+    rounding."""
+    from decoders import api
+
+    state = {"baseline": False, "steps": 0}
+    real_generate, real_verify = api.generate, loop.verify
+
+    def generate_marking_the_baseline(options, *args, **kwargs):
+        state["baseline"] = options.method == "baseline"
+        try:
+            return real_generate(options, *args, **kwargs)
+        finally:
+            state["baseline"] = False
+
+    def verify(tree, logits, p, generator, argmax=None):
+        verdict = real_verify(tree, logits, p, generator, argmax)
+        if state["baseline"]:
+            state["steps"] += 1
+            if state["steps"] == 4:
+                return Verdict(verdict.path, int(logits[0].topk(2).indices[1]), verdict.source, verdict.checks)
+        return verdict
+
+    monkeypatch.setattr(api, "generate", generate_marking_the_baseline)
+    monkeypatch.setattr(loop, "verify", verify)
+    trace = api.generate(DecodeOptions(method="speculative", gamma=3, max_new_tokens=20), PROMPTS[1], target=tiny,
+                         draft=drafts["noisy"], compare_baseline=True)
+    check = trace.baseline_check
+    assert check["kind"] == "mismatch" and check["position"] == 3, check
+    assert "the baseline kept a token its own forward did not rank first" in check["reason"]
+
+
+def _with_scaled_norms(model):
+    from decoders import fused
+
+    class Scaled(fused.FusedRMSNorm):
+        def forward(self, x):
+            return torch.nn.functional.rms_norm(x, self.weight.shape, self.weight * (1 + 1e-3), self.eps)
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__.endswith("RMSNorm"):
+                setattr(parent, name, Scaled(child))
+    return model
+
+
+def _near_tie(model, prefix, gap):
+    """Make the model's (as loaded) second-best token trail its best by about `gap` at the end of `prefix`, by moving
+    that token's LM-head row along the last hidden state; returns the logits after, (V,)."""
+    with torch.no_grad():
+        hidden = model.model(torch.tensor([prefix])).last_hidden_state[0, -1]  # (d,)
+        logits = model.lm_head(hidden)
+        a, b = logits.topk(2).indices.tolist()
+        model.lm_head.weight[b] += (logits[a] - logits[b] - gap) * hidden / hidden.dot(hidden)
+        return model(torch.tensor([prefix])).logits[0, -1]
+
+
+def _verdict_on_a_near_tie(model, prefix):
+    """The run's forward ranks the tie one way, the baseline's (another summation order) the other way by as much
+    as float32 rounds here; the verdict on that difference, and the noise it was judged by."""
+    from decoders.rescore import rescore
+
+    clean_noise = rescore(model, prefix, [0]).noise
+    logits = _near_tie(model, prefix, gap=clean_noise)
+    order = logits.topk(TOP_LOGITS)
+    run = [[int(t), float(v)] for t, v in zip(order.indices, order.values)]
+    a, b = run[0][0], run[1][0]
+    gap = run[0][1] - run[1][1]
+    base = [[t, v + 2 * gap + clean_noise if t == b else v] for t, v in run]
+    base.sort(key=lambda pair: -pair[1])
+    scored = rescore(model, prefix, [a, b])
+    return classify(7, run, base, a, b, scored.exact, scored.noise, "float32")
+
+
+def test_a_norm_kernel_off_by_a_thousandth_in_every_forward_is_a_mismatch():
+    """Issue 47: the noise used to be a forward of the model as loaded, so a bug in every forward (here a fused
+    RMSNorm whose weight is scaled by 1+1e-3) set its own tolerance and a flip it caused read "rounding". The
+    control: the same near-tie on the correct model is rounding."""
+    from tiny import tiny_qwen2
+
+    prefix = [3, 9, 4, 1, 7, 22, 5, 5]
+    control = _verdict_on_a_near_tie(tiny_qwen2(seed=3, layers=3).model, prefix)
+    assert control.kind == "rounding", control
+    buggy = _verdict_on_a_near_tie(_with_scaled_norms(tiny_qwen2(seed=3, layers=3).model), prefix)
+    assert buggy.kind == "mismatch" and "off the exact ones" in buggy.reason, buggy
+    assert buggy.noise == pytest.approx(control.noise, rel=0.5)  # the bug did not move the measured noise
+
+
+def test_the_referee_and_the_noise_never_run_the_models_own_kernels():
+    """A fused stand-in's bug is in every forward of the loaded model; the float64 referee and the noise are the
+    stock computation on the same weights, so they do not move with it."""
+    from decoders.rescore import rescore
+    from tiny import tiny_qwen2
+
+    prefix = [3, 9, 4, 1, 7, 22, 5, 5]
+    clean = rescore(tiny_qwen2(seed=3, layers=3).model, prefix, [0, 1])
+    buggy_model = _with_scaled_norms(tiny_qwen2(seed=3, layers=3).model)
+    buggy = rescore(buggy_model, prefix, [0, 1])
+    assert buggy.exact == clean.exact and buggy.noise == clean.noise
+    with torch.no_grad():
+        off = buggy_model(torch.tensor([prefix])).logits[0, -1].double()
+    worst = max(abs(float(off[t]) - v) for t, v in buggy.exact.items())
+    assert worst > 100 * buggy.noise  # the loaded model's forward is far more off than a correct one
+
+
+def test_a_flip_wider_than_both_sides_errors_is_a_mismatch():
+    """Recorded logits that cannot explain the flip (the baseline's list puts b first with a logit below a's, both
+    exact): every error is within the tolerance, yet the exact margin is wider than the errors add up to."""
+    a, b = 9, 4
+    run = _top((a, 10.0), (b, 9.9995))
+    base = _top((b, 9.9995), (a, 10.0))
+    exact = {a: 10.0, b: 9.9995}
+    verdict = classify(0, run, base, a, b, exact, noise=1e-4, dtype="float32")
+    assert verdict.kind == "mismatch" and "rounding cannot flip it" in verdict.reason, verdict

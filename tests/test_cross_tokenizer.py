@@ -351,3 +351,40 @@ def test_the_page_draws_the_two_tokenizations(toys):
     plain = generate(DecodeOptions(method="speculative", drafter="prompt-lookup", max_new_tokens=5), [1, 2, 1, 2],
                      target=toys["target"])
     assert retokenize_figure(plain, 0) is None
+
+
+# ---- the draft reads a long prompt in chunks ------------------------------------------------------------------------
+
+def test_stop_during_the_drafts_prefill_lands_within_one_chunk(toys, monkeypatch):
+    """The draft reads the prompt in its own tokens in the runner's prefill chunks, as the target does, and the run
+    yields between two: closing it there (Stop) reads no further chunk. It used to read the prompt in one forward,
+    which nothing could interrupt. The output is unchanged."""
+    from decoders import runner as runner_module, stream
+
+    chunk = 4
+    target, draft = toys["target"], toys["other"]
+    prompt = ids(target, "ab cab a cc ab ba " * 4)
+    reference = baseline_ids(target, prompt, 12)
+    monkeypatch.setattr(runner_module, "PREFILL_CHUNK", chunk)
+    forwards = []
+    hook = draft.model.register_forward_pre_hook(
+        lambda module, args, kwargs: forwards.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        live = stream(cross(gamma=3, max_new_tokens=12), prompt, target=target, draft=draft)
+        reading = None
+        for trace in live:
+            if trace.rounds:
+                break
+            if trace.prefill and trace.prefill["model"] == "draft":
+                reading = dict(trace.prefill)
+                break
+        live.close()  # what Stop does
+        assert reading is not None, "the draft read the whole prompt without yielding"
+        assert len(forwards) == 1 and trace.stop_reason == "cancelled"  # one chunk, then it stopped
+        assert 0 < reading["read"] < reading["of"] == len(prompt) - 1
+        forwards.clear()
+        whole = generate(cross(gamma=3, max_new_tokens=12), prompt, target=target, draft=draft)
+        assert whole.output_ids == reference and whole.prefill is None
+        assert forwards[:3] == [chunk] * 3  # the draft's prefill went in chunks
+    finally:
+        hook.remove()

@@ -308,3 +308,71 @@ def test_a_busy_source_counts_as_computing_and_keeps_the_slot_until_its_thread_e
     assert not slot.close(timeout=0.2)
     running.clear()
     assert not slot.locked() and slot.close(timeout=1)
+
+
+class _FakeTime:
+    """The slot's clock, moved by hand: a minute passes without a minute of test."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_slow_waiter_that_looks_again_gets_its_turn(monkeypatch):
+    """A waiting run whose page did not look for longer than stale_after (a background tab, a busy server) drops
+    out of the line while another run passes it; when it looks again it is alive: it goes back in line and takes
+    the slot once free, never saying "waiting" for ever with the slot free."""
+    from app.shared import decode_slot
+    clock = _FakeTime()
+    monkeypatch.setattr(decode_slot, "time", clock)
+    slot, release, holding = DecodeSlot(stale_after=60), threading.Event(), threading.Event()
+
+    def holder():
+        with slot.hold(what="a Race"):
+            holding.set()
+            release.wait(10)
+    held = _in_thread(holder)
+    assert holding.wait(5)
+    with slot.queue("the slow run") as slow:
+        slow_lines = slow.lines(every=0)
+        assert "a Race has been running" in next(slow_lines)
+        clock.now += 61  # the slow run's page does not look for a minute
+        with slot.queue("the next run") as passing:
+            assert "waiting ahead" not in next(passing.lines(every=0))  # the slow run dropped out of its way
+            release.set()
+            held.join(5)
+            assert list(passing.lines(every=0)) == []
+            with slot.hold(turn=passing):
+                pass
+        looked_again = [line for _, line in zip(range(3), slow_lines)]
+        assert looked_again == [], f"the slot is free, yet the slow run still waits: {looked_again}"
+        with slot.hold(turn=slow):
+            assert slot.holder()[0] == "the slow run"
+    assert slot.holder() is None and slot._line == []
+
+
+def test_a_place_that_looks_again_goes_back_to_where_it_stood(monkeypatch):
+    from app.shared import decode_slot
+    clock = _FakeTime()
+    monkeypatch.setattr(decode_slot, "time", clock)
+    slot, release, holding = DecodeSlot(stale_after=60), threading.Event(), threading.Event()
+
+    def holder():
+        with slot.hold(what="a load"):
+            holding.set()
+            release.wait(10)
+    held = _in_thread(holder)
+    assert holding.wait(5)
+    try:
+        with slot.queue("first") as first, slot.queue("second") as second:
+            next(first.lines(every=0))
+            clock.now += 61
+            assert "waiting ahead" not in next(second.lines(every=0))  # first dropped out: second leads
+            assert "waiting ahead" not in next(first.lines(every=0))  # first looked again: back at the front
+            assert "1 other run is waiting ahead of yours" in next(second.lines(every=0))
+            assert [p.what for p in slot._line] == ["first", "second"]
+    finally:
+        release.set()
+        held.join(5)

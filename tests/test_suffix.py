@@ -368,3 +368,63 @@ def test_preallocated_kv_buffers_reserve_the_suffix_tree_s_width(tiny, kv_cache)
                      kv_cache=kv_cache)
     trace = generate(options, prompt, target=tiny, store=store)
     assert trace.output_ids == baseline_ids(tiny, prompt, 3) and trace.rounds[0].n_drafted == 24
+
+
+VOCAB_OF_THE_STORE = 40  # tokens the threads' outputs are drawn from: each add grows new branches near the root
+
+
+def test_a_store_shared_by_threads_survives_adds_while_runs_draft_from_it():
+    """API callers may share one store between threads: one adds outputs (evicting old ones, so the trees' dicts
+    grow and shrink) while others' runs draft from it. A search walking a dict another thread changes used to fail
+    mid-iteration ("dictionary changed size during iteration"); the store now holds still while a run searches."""
+    import copy
+    import sys
+    import threading
+
+    from decoders.drafters.suffix import Settings, SuffixDrafter
+
+    draw = random.Random(0)
+    outputs = [[draw.randrange(VOCAB_OF_THE_STORE) for _ in range(60)] for _ in range(40)]
+    store = SuffixStore(max_outputs=3, max_tokens=10_000)
+    for ids in outputs[:3]:
+        store.add(ids)
+    failures, done = [], threading.Event()
+
+    def writer():
+        try:
+            for round_ in range(400):
+                store.add(outputs[round_ % len(outputs)], text=str(round_))  # new branches, and old ones evicted
+                if round_ % 97 == 96:
+                    store.clear()
+        except Exception as error:  # noqa: BLE001 - the test reports whatever broke
+            failures.append(repr(error))
+        finally:
+            done.set()
+
+    def reader(seed: int):
+        rng = random.Random(seed)
+        try:
+            drafter = SuffixDrafter(Settings(depth=8, max_tokens=16, factor=4.0, min_prob=0.0), store=store)
+            while not done.is_set():
+                ids = [rng.randrange(VOCAB_OF_THE_STORE) for _ in range(3)]
+                drafter.start(ids[:-1])
+                drafter.propose(ids, 8, None, None, None, record=True)
+                store.to_dict(), store.summary()
+        except Exception as error:  # noqa: BLE001
+            failures.append(repr(error))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the unlocked store broke within a few adds
+    try:
+        threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(3)]
+        threads.append(threading.Thread(target=writer))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        sys.setswitchinterval(switch)
+    assert not failures, failures[:3]
+    kept = SuffixStore.from_dict(store.to_dict())
+    assert tree_counts(kept.tree(8)) == tree_counts(store.tree(8))  # the trees kept in step with the outputs
+    assert copy.deepcopy(store).to_dict() == store.to_dict()  # a session's copy gets a lock of its own

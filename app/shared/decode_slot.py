@@ -33,6 +33,8 @@ no thread computes.
 from __future__ import annotations
 
 import atexit
+import bisect
+import itertools
 import os
 import sys
 import threading
@@ -131,13 +133,19 @@ class Lease:
             self._source.close()  # suspended, not running (we hold _computing): its finally frees the caches
 
 
+_JOINED = itertools.count()  # the order in which places first joined a line (a place that looks again goes back there)
+
+
 @dataclass(eq=False)
 class Place:
     """A run's place in line for the slot. `polled`: when its run last looked; a place nobody looked at for
-    stale_after seconds belongs to a run whose consumer went away, and loses its place."""
+    stale_after seconds belongs to a run whose consumer went away, and loses its place -- until its run looks
+    again: a consumer that was only slow (a page in a background tab, a busy server) is alive after all, and its run
+    goes back to where it stood, never waiting on a line it is no longer in. `order`: when it first joined."""
 
     what: str
-    polled: float = field(default_factory=time.monotonic)
+    polled: float = field(default_factory=lambda: time.monotonic())
+    order: int = field(default_factory=lambda: next(_JOINED))
 
 
 class Turn:
@@ -279,10 +287,14 @@ class DecodeSlot:
         return lease is None
 
     def _first(self, place: Place) -> bool:
-        """Whether `place` is first in line; places whose runs stopped looking for stale_after seconds drop out."""
+        """Whether `place` is first in line; places whose runs stopped looking for stale_after seconds drop out.
+        `place`'s run is looking now, so it is alive: if it had dropped out, it goes back in at its first place
+        (else it would wait behind nobody, for ever, with the slot free)."""
         now = time.monotonic()
         self._line = [p for p in self._line if p is place or now - p.polled <= self.stale_after]
-        return bool(self._line) and self._line[0] is place
+        if place not in self._line:
+            bisect.insort(self._line, place, key=lambda p: p.order)
+        return self._line[0] is place
 
     def _may_take(self, place: Place) -> bool:
         """`place`'s turn: first in line, and the slot free or its holder stale (idle for stale_after seconds)."""
@@ -308,7 +320,7 @@ class DecodeSlot:
         with self._changed:
             place.polled = time.monotonic()
             if place not in self._line:
-                self._line.append(place)
+                bisect.insort(self._line, place, key=lambda p: p.order)
 
     def _give_up(self, place: Place) -> None:
         with self._changed:

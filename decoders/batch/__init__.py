@@ -21,7 +21,10 @@ Realignment strategy (decoders/batch/ragged.py does it; decoders/batch/loop.py c
   layers 0..k-1) in the target's own cache, so during a round those k layers hold extra columns the others do not;
   verification runs layers k..L-1 only, over the h_k the draft kept, and then the stem layers' round slots are
   gathered into the verification block's layout, so every layer holds the same slots again before the cuts below.
-  The exit block and the prophet keep ragged caches of their own, cut per row like a draft model's.
+  The exit block and the prophet keep ragged caches of their own, cut per row like a draft model's. An int8 draft
+  model is the exception: it drafts each row alone, with the single run's own drafter and cache, because its
+  per-token quantization turns the batched forward's last-bit differences into other q values
+  (decoders/batch/drafters.py draft_model_form).
 - Finished rows (their EOS or their own max_new_tokens) leave the batch at the end of the round: their batch rows
   are dropped from every cache (an index_select), the others keep their order and their state.
 - Then the caches are trimmed (columns that are padding in every row, at either end, are sliced away) and, when at

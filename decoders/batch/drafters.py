@@ -12,6 +12,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .. import buffers, kernels
+from ..buffers import KVPlan
 from ..drafters import Drafter, DraftStop, Proposal
 from ..drafters.base import draft_position
 from ..drafters.early_exit import EarlyExitDrafter
@@ -69,14 +71,20 @@ class BatchDrafter:
 
 
 class PerRow(BatchDrafter):
-    """Drafters without a model of their own (none, prompt lookup): one single-row drafter per row, unchanged."""
+    """One single-row drafter per row, unchanged: drafters without a model of their own (none, prompt lookup), and
+    an int8 draft model (`draft_model_form` says why). `plan`: a row's prompt ids -> the KV plan its single run's
+    drafter gets (decoders/api.py stream), for drafters with a cache of their own."""
 
-    def __init__(self, drafters: list[Drafter]):
+    def __init__(self, drafters: list[Drafter], plan: Callable[[list[int]], KVPlan] | None = None):
         self.drafters = drafters
+        self.every = list(drafters)  # rows that left too: their caches' peaks count in the batch's
+        self.plan = plan
         self.name = drafters[0].name if drafters else "none"
 
     def start(self, ids, features=None):
         for drafter, row_ids in zip(self.drafters, ids):
+            if self.plan is not None:
+                drafter.use_kv(self.plan(row_ids))
             drafter.start(row_ids)
 
     def propose(self, ids, limits, rules, warp, generators, record):
@@ -87,7 +95,36 @@ class PerRow(BatchDrafter):
         self.drafters[row].observe(n_before, n_accepted)
 
     def select_rows(self, keep):
+        for r, drafter in enumerate(self.drafters):
+            if r not in keep:
+                drafter.close()  # a finished row's cache goes now
         self.drafters = [self.drafters[r] for r in keep]
+
+    def kv_peak_bytes(self):
+        return sum(drafter.kv_peak_bytes() for drafter in self.every)
+
+    def close(self):
+        for drafter in self.drafters:
+            drafter.close()
+
+
+def draft_model_form(ctx, batch: int, single: Callable[[], Drafter]) -> BatchDrafter:
+    """A draft model's batched form: one ragged cache and one batched forward per draft position -- except for an
+    int8 draft, which drafts each row alone, exactly as its single run does (its own cache, its prefill chunks).
+
+    Why: a batched forward sums in other orders than a one-row forward (attention over the ragged cache's padded
+    width with its mask, matmuls blocked by the batch's row count), so a row's float activations differ from its
+    single run's in the last bits. A float32 draft passes that on as it is (its q moves by ~1e-7). An int8 draft
+    quantizes each activation onto 126 levels (decoders/kernels.py Int8Linear), and an activation that lies at a
+    rounding boundary moves a whole level for a last-bit difference: the row's q then differs by far more than
+    rounding, and a sampled row draws other drafts than alone (issue 47: the Qwen pair, T 0.8, a row differed at its
+    3rd token). Only an identical computation gives the identical q, so the int8 draft forwards are not shared."""
+    if kernels.kernels_of(ctx.draft.model) != kernels.INT8:
+        return BatchDraftModel(ctx.draft.model, batch)
+    options = ctx.options
+    kind = buffers.resolve(options.kv_cache, ctx.runner.device, options.cuda_graphs)
+    return PerRow([single() for _ in range(batch)], lambda ids: buffers.KVPlan(
+        kind, committed=len(ids) + options.max_new_tokens, graphs=options.cuda_graphs))
 
 
 class BatchDraftModel(BatchDrafter):
@@ -395,7 +432,7 @@ class BatchProphet(BatchDrafter):
 # RaggedRunner): its builder validates a skip set, finds and checks trained weights, and the batched form reuses it.
 FORMS: dict[str, Callable[..., BatchDrafter]] = {
     "per-row": lambda ctx, batch, single: PerRow([single() for _ in range(batch)]),
-    "draft-model": lambda ctx, batch, single: BatchDraftModel(ctx.draft.model, batch),
+    "draft-model": draft_model_form,
     "layer-skip": lambda ctx, batch, single: BatchLayerSkip(ctx.runner, single()),
     "early-exit": lambda ctx, batch, single: BatchEarlyExit(ctx.runner, single()),
     "prophet": lambda ctx, batch, single: BatchProphet(single(), batch),

@@ -20,6 +20,8 @@ The round's two tokenizations go in Proposal.retokenized (the trace's `retokeniz
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 
 from ..errors import OptionsError
@@ -72,13 +74,26 @@ class CrossTokenizerDrafter(Drafter):
 
     # ---------------------------------------------------------------- the draft's context
 
-    def start(self, ids: list[int]) -> None:
+    def start(self, ids: list[int], features=None) -> None:
+        for _ in self.start_steps(ids):
+            pass
+
+    def start_steps(self, ids: list[int], features=None) -> Iterator[int]:
+        """Read the prompt's text in the draft's own tokens, all but the last (the first round feeds it), in the
+        runner's prefill chunks as the target does, so Stop lands between two. Yields after each chunk how far it
+        got, in the target's prompt tokens (what the trace's prefill line counts): the share of the draft's read."""
         synced = self._sync(ids)
-        if synced and len(synced[0]) > 1:  # prefill all but the last context token: the first round feeds it
-            tokens, ends = synced
-            self._feed(tokens[:-1], ends[:-1])
-            self.context_fed += len(tokens) - 1
-            self.trusted = len(self.fed)
+        if not synced or len(synced[0]) <= 1:
+            return
+        tokens, ends = synced[0][:-1], synced[1][:-1]
+        total = len(ids) - 1
+        done = 0
+        for read, _ in self.runner.prefill(tokens):
+            self.fed += tokens[done:read]  # the cache holds them now: a stop after this chunk leaves both in step
+            self.ends += ends[done:read]
+            self.context_fed += read - done
+            self.trusted, done = len(self.fed), read
+            yield total if read == len(tokens) else total * read // len(tokens)
 
     def _sync(self, ids: list[int]) -> tuple[list[int], list[int]] | None:
         """Drop the cache back to the draft tokens that still spell the committed text (less LOOKBEHIND) and return

@@ -15,7 +15,10 @@ as Flavor.DETERMINISTIC (point-mass proposals): lossless at any temperature (dec
 from __future__ import annotations
 
 import bisect
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal
@@ -103,46 +106,64 @@ class SuffixStore:
 
     A run reads the store; it learns nothing by itself. The caller adds what it wants remembered (the app adds each
     finished Generate run; bench.suffix each turn of a conversation), so a race or a repeated timing sees the same
-    store every time."""
+    store every time.
+
+    Thread-safe: API callers may share one store between threads, one adding an output while another's run drafts
+    from it. Every change and every search of its trees happens under the store's lock (`reading()`: a search walks
+    the trees' dicts, which an add mid-walk would change under it: "dictionary changed size during iteration"), and
+    `outputs` is replaced on a change, never changed in place, so a list a reader holds stays as it was."""
 
     def __init__(self, max_outputs: int = 16, max_tokens: int = 8192):
         self.max_outputs, self.max_tokens = max_outputs, max_tokens
-        self.outputs: list[tuple[tuple[int, ...], str]] = []
+        self.outputs: list[tuple[tuple[int, ...], str]] = []  # replaced on each change (copy on write)
         self._trees: dict[int, SuffixTree] = {}  # depth -> the tree over every output, kept in step with them
+        self._lock = threading.RLock()
 
     def add(self, ids: list[int], text: str = "") -> None:
         ids = tuple(int(t) for t in ids)[-self.max_tokens:]
         if not ids:
             return
-        self.outputs.append((ids, text))
-        for tree in self._trees.values():
-            tree.add(list(ids))
-        while len(self.outputs) > self.max_outputs or self.tokens > self.max_tokens:
-            old, _ = self.outputs.pop(0)
+        with self._lock:
+            outputs = self.outputs + [(ids, text)]
             for tree in self._trees.values():
-                tree.remove(list(old))
+                tree.add(list(ids))
+            while len(outputs) > self.max_outputs or sum(len(kept) for kept, _ in outputs) > self.max_tokens:
+                old, _ = outputs.pop(0)
+                for tree in self._trees.values():
+                    tree.remove(list(old))
+            self.outputs = outputs
 
     def clear(self) -> None:
-        self.outputs.clear()
-        self._trees.clear()
+        with self._lock:
+            self.outputs = []
+            self._trees = {}
 
     @property
     def tokens(self) -> int:
         return sum(len(ids) for ids, _ in self.outputs)
 
     def tree(self, depth: int) -> SuffixTree:
-        """The suffix tree over every stored output at this depth (built once, then updated with the store)."""
-        if depth not in self._trees:
-            tree = SuffixTree(depth)
-            for ids, _ in self.outputs:
-                tree.add(list(ids))
-            self._trees[depth] = tree
-        return self._trees[depth]
+        """The suffix tree over every stored output at this depth (built once, then updated with the store). Search
+        it inside `reading()`: an add from another thread changes it."""
+        with self._lock:
+            if depth not in self._trees:
+                tree = SuffixTree(depth)
+                for ids, _ in self.outputs:
+                    tree.add(list(ids))
+                self._trees[depth] = tree
+            return self._trees[depth]
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Hold the store still while a run searches one of its trees (no add or clear meanwhile)."""
+        with self._lock:
+            yield
 
     def to_dict(self) -> dict:
         """Plain data (JSON, or a forked GPU worker): from_dict rebuilds the same store."""
+        outputs = self.outputs  # one consistent list: a change replaces it
         return {"max_outputs": self.max_outputs, "max_tokens": self.max_tokens,
-                "outputs": [{"ids": list(ids), "text": text} for ids, text in self.outputs]}
+                "outputs": [{"ids": list(ids), "text": text} for ids, text in outputs]}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "SuffixStore":
@@ -153,7 +174,18 @@ class SuffixStore:
         return store
 
     def summary(self) -> dict:
-        return {"outputs": len(self.outputs), "tokens": self.tokens}
+        outputs = self.outputs
+        return {"outputs": len(outputs), "tokens": sum(len(ids) for ids, _ in outputs)}
+
+    def __getstate__(self) -> dict:  # a copy (a page's session state is deep-copied) gets a lock of its own
+        with self._lock:
+            state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
 
 class SuffixDrafter(Drafter):
@@ -221,8 +253,9 @@ class SuffixDrafter(Drafter):
         found = [(self.own.tree.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos, seen=1),
                   THIS_RUN)]  # the run's own tree holds `ids` itself: its tails' last occurrence is their own
         if self.earlier is not None:
-            found.append((self.earlier.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit, stop_after=self.eos),
-                          EARLIER))
+            with self.store.reading():  # another thread may add to the store meanwhile
+                found.append((self.earlier.speculate(ids, s.max_tokens, s.factor, s.min_prob, limit,
+                                                     stop_after=self.eos), EARLIER))
         return max(found, key=lambda pair: pair[0].score)  # the earlier outputs win only with a better score
 
     def _search(self, draft: Draft, source: str, ids: list[int], reason: DraftStop | str) -> dict:
