@@ -112,7 +112,10 @@ class FixedForward:
 
     def __init__(self, model: nn.Module, cache: BufferCache, buckets: tuple[int, ...], graphs: bool = False,
                  window: int | None = None):
-        self.model, self.cache, self.buckets, self.window = model, cache, tuple(buckets), window
+        # The model weakly: _KEPT maps a model to its FixedForwards, and a value that held its key would keep every
+        # model with graphs alive for good (a runner holds its model strongly while it runs).
+        self._model = weakref.ref(model)
+        self.cache, self.buckets, self.window = cache, tuple(buckets), window
         self.graphs = graphs
         self.leased = False  # held by a runner (graphs only: see lease)
         self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
@@ -124,6 +127,13 @@ class FixedForward:
         self.kernels = None  # the model's kernels when its graphs were captured (lease matches them)
         self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), timed at the first replay
         self.seconds: dict[int, float] | None = None  # median replay of each bucket, once timed
+
+    @property
+    def model(self) -> nn.Module:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("this FixedForward's model was freed; a runner must hold its model while it runs")
+        return model
 
     @torch.inference_mode()
     def __call__(self, tokens: list[int], parents: list[int], hidden: bool = False):
@@ -245,7 +255,8 @@ def capture(forward, pool=None):
     return graph, outputs, pool
 
 # model -> its FixedForwards with graphs, kept between runs (see the module docstring); one process-wide table, like
-# the loaded models themselves (decoders/README.md, "Process-wide state")
+# the loaded models themselves (decoders/README.md, "Process-wide state"). The values hold their model weakly
+# (FixedForward.model), so a model nobody else holds is freed with its buffers and graphs.
 _KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.WeakKeyDictionary()
 
 

@@ -249,6 +249,26 @@ def test_kept_graphs_are_leased_to_one_runner_at_a_time(tiny, emulated_graphs):
     assert not first.fixed.graphs  # a released runner goes on eagerly, on buffers of its own
 
 
+def test_a_model_with_kept_graphs_is_freed_once_nobody_holds_it(emulated_graphs):
+    """The kept table maps a model to its FixedForwards; a value holding its key would keep the model (and its
+    buffers and graphs) alive for good after the run gave it back and the residency evicted it."""
+    import gc
+    import weakref
+
+    from tiny import tiny_llama
+
+    model = tiny_llama(layers=1, seed=3).model
+    runner = CachedModel(model, KVPlan("fixed", committed=40, graphs=True))
+    for _ in range(3):  # the prefill, then a replayed width: a graph captured and kept
+        runner.forward([1, 2, 3])
+    assert runner.fixed.captured and runner.fixed.leased
+    runner.release()
+    gone = weakref.ref(model)
+    del model, runner
+    gc.collect()
+    assert gone() is None
+
+
 # ---------------------------------------------------------------- padding to the cheapest measured bucket
 
 H200_REPLAYS = {1: 4.5, 2: 5.4, 4: 5.4, 8: 8.5, 16: 9.0, 32: 6.2, 64: 7.0}  # ms, shaped like the H200's (bench/results)
