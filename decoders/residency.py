@@ -37,16 +37,16 @@ Progress = Callable[[str], None]
 # ---------------------------------------------------------------- sizes and budgets
 
 def model_bytes(model: nn.Module) -> int:
-    """Bytes of a model's parameters, buffers and packed weights, each storage counted once (tied weights)."""
+    """Bytes of a model's parameters, buffers and packed weights: each storage once (tied weights), by its whole
+    size. A fused model's q/k/v (gate/up) are views of one joined storage (decoders/fused.py): counting the first
+    view's own size under-counted SmolLM2 by a quarter, and the budget admitted models that did not fit."""
     tensors = list(model.parameters()) + list(model.buffers())
     tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
-    seen, total = set(), 0
+    sizes = {}
     for tensor in tensors:
-        key = _storage_key(tensor)
-        if key not in seen:
-            seen.add(key)
-            total += tensor.numel() * tensor.element_size()
-    return total + _int8_bytes(model)
+        key, nbytes = _storage(tensor)
+        sizes[key] = nbytes
+    return sum(sizes.values()) + _int8_bytes(model)
 
 
 def _int8_bytes(model: nn.Module) -> int:
@@ -66,11 +66,13 @@ def _int8_bytes(model: nn.Module) -> int:
     return total
 
 
-def _storage_key(tensor: torch.Tensor):
+def _storage(tensor: torch.Tensor) -> tuple:
+    """(what identifies the tensor's storage, the storage's bytes)."""
     try:
-        return tensor.untyped_storage().data_ptr(), tensor.device
+        storage = tensor.untyped_storage()
+        return (storage.data_ptr(), tensor.device), storage.nbytes()
     except (RuntimeError, NotImplementedError):  # opaque layouts (oneDNN's packed weights) have no plain storage
-        return id(tensor)
+        return id(tensor), tensor.numel() * tensor.element_size()
 
 
 def total_memory_bytes(device: torch.device) -> int:
