@@ -84,7 +84,7 @@ def _bucket_ms(race: dict) -> list[str]:
                   and ((r.get("runtime") or {}).get("target") or {}).get("bucket_ms")), None)
     if not timed:
         return []
-    return ["Each bucket's graph replay as timed at its first use (ms), from which a forward of n tokens pads to the "
+    return ["Each bucket's graph replay as timed once and stored for this device and model (ms), from which a forward of n tokens pads to the "
             "cheapest bucket that holds n: " + ", ".join(f"{w}: {ms}" for w, ms in timed.items()) + ".", ""]
 
 

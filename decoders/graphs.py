@@ -29,6 +29,11 @@ model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) 
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
+import hashlib
+import json
+import os
 import statistics
 import time
 import weakref
@@ -39,14 +44,21 @@ from torch import nn
 
 from . import kernels
 from .buffers import BufferCache, BufferFull
+from .model_files import cache_dir
 from .tree import ancestor_mask, depths
+
+BUCKET_TABLES = "buckets.json"  # in cache_dir(): each (device, model, dtype, kernels)'s replay seconds per bucket
 
 
 def bucket(n: int, buckets: tuple[int, ...], seconds: dict[int, float] | None = None) -> int:
     """The width a forward of n tokens runs at: the smallest bucket that holds it, or n itself past the widest.
     With `seconds` (each bucket's measured replay), the cheapest bucket that holds it: a GPU's kernel choice can
     make a wider forward faster (SmolLM2-135M float32 on an H200, graphs: 16 tokens took 2.0 one-token steps, 32
-    took 1.4), and padding rows cost nothing but their time."""
+    took 1.4), and padding rows cost nothing but their time. The seconds are timed once per device, model, dtype and
+    kernels and stored (`table_key`, cache_dir()/buckets.json); later processes read them, never time again:
+    logits depend on the width by float rounding (an H200 differed by 1.4e-5 between widths 16 and 32) and buckets
+    2 and 4 time within noise, so widths chosen from each process's own timing could verify one draft at different
+    widths and make two greedy runs diverge at a near-tie."""
     wide_enough = [b for b in sorted(buckets) if b >= n]
     if not wide_enough:
         return n
@@ -125,8 +137,8 @@ class FixedForward:
         self.counts = {"graph": 0, "eager": 0}
         self.widths: set[int] = set()
         self.kernels = None  # the model's kernels when its graphs were captured (lease matches them)
-        self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), timed at the first replay
-        self.seconds: dict[int, float] | None = None  # median replay of each bucket, once timed
+        self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), from the stored table
+        self.seconds: dict[int, float] | None = None  # median replay of each bucket, once read or timed
 
     @property
     def model(self) -> nn.Module:
@@ -140,7 +152,7 @@ class FixedForward:
         """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more."""
         n = len(tokens)
         if self.choose_by_time and self.seconds is None and self._replayable(max(self.buckets)):
-            self.seconds = self._time_buckets()
+            self.seconds = self._bucket_table()
         width = bucket(n, self.buckets, self.seconds if self.choose_by_time else None)
         start = self.cache.layers[0].length
         if start + width > self.cache.capacity:
@@ -172,6 +184,20 @@ class FixedForward:
         return {**self.counts, "widths": sorted(self.widths),
                 "captured": sorted({width for width, _ in self.captured}),
                 **({"bucket_ms": {w: round(t * 1e3, 3) for w, t in self.seconds.items()}} if self.seconds else {})}
+
+    def _bucket_table(self) -> dict[int, float]:
+        """Each bucket's replay seconds as stored for this device, model, dtype and kernels, else timed now and stored
+        (`bucket_table`). A timing that could not cover every bucket (a buffer too short) pads by the smallest
+        bucket instead: a partial table would make this run's widths, and its logits, differ from the next one's."""
+        key = table_key(self.model, self.buckets)
+        stored = read_bucket_table(key)
+        if stored is not None:
+            return stored
+        seconds = self._time_buckets()
+        if set(seconds) != set(self.buckets):
+            return {}
+        store_bucket_table(key, seconds)
+        return seconds
 
     @torch.inference_mode()
     def _time_buckets(self, repeats: int = 3) -> dict[int, float]:
@@ -253,6 +279,48 @@ def capture(forward, pool=None):
     with torch.cuda.graph(graph, pool=pool):
         outputs = forward()
     return graph, outputs, pool
+
+# ---------------------------------------------------------------- the bucket table, stored per device and model
+
+def table_key(model: nn.Module, buckets: tuple[int, ...]) -> str:
+    """What a bucket table is stored under: the device's name, PyTorch, the model's config (its shapes), dtype and
+    kernels, and the buckets. Every process of one such model on one such device pads alike."""
+    device = next(model.parameters()).device
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    described = [machine, torch.__version__, model.config.to_json_string(use_diff=False), str(model.dtype),
+                 kernels.kernels_of(model), sorted(buckets)]
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+
+def read_bucket_table(key: str) -> dict[int, float] | None:
+    entry = _read_tables().get(key)
+    try:
+        return {int(width): float(seconds) for width, seconds in entry["seconds"].items()}
+    except (TypeError, KeyError, AttributeError, ValueError):  # none stored, or a damaged entry: time again
+        return None
+
+
+def store_bucket_table(key: str, seconds: dict[int, float]) -> None:
+    """Best effort and atomic, like decoders/costs.py's curves: an unwritable cache costs the next process a timing
+    (and possibly other widths), never a failed run."""
+    tables = _read_tables()
+    tables[key] = {"seconds": {str(w): s for w, s in sorted(seconds.items())},
+                   "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with contextlib.suppress(OSError):
+        path = cache_dir() / BUCKET_TABLES
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(tables, indent=1))
+        os.replace(tmp, path)
+
+
+def _read_tables() -> dict:
+    try:
+        tables = json.loads((cache_dir() / BUCKET_TABLES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return tables if isinstance(tables, dict) else {}
+
 
 # model -> its FixedForwards with graphs, kept between runs (see the module docstring); one process-wide table, like
 # the loaded models themselves (decoders/README.md, "Process-wide state"). The values hold their model weakly

@@ -293,6 +293,43 @@ def test_a_forward_padded_to_a_wider_cheaper_bucket_gives_the_same_logits(tiny):
     assert padded.length == dynamic.length and 32 in padded.fixed.summary()["widths"]  # 9 nodes ran at 32, not 16
 
 
+def test_greedy_ids_and_widths_do_not_follow_a_processs_own_bucket_timing(emulated_graphs, monkeypatch, tmp_path):
+    """Two processes that time the buckets in opposite orders still pad every forward alike: the first one's table
+    is stored per device, model, dtype and kernels and the second reads it (a model object of its own stands for the
+    second process). Each round here verifies 9 tokens: bucket 16 or 32, whichever the table says is cheaper."""
+    import copy
+
+    from decoders import graphs
+    from tiny import tiny_llama
+
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
+    flat = {w: 1.0 for w in BUCKETS} | {64: 3.0}
+    orders = [flat | {16: 2.0, 32: 1.5}, flat | {16: 1.5, 32: 2.0}]
+    options = DecodeOptions(method="speculative", rule="static", gamma=8, max_new_tokens=24, kv_cache="fixed",
+                            cuda_graphs=True)
+    source = tiny_llama(layers=2, seed=5)
+    runs = []
+    for timing in orders:
+        monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3, t=timing: dict(t))
+        lm = replace(source, model=copy.deepcopy(source.model))  # no kept graphs, no timing in memory
+        trace = generate(options, [3, 1, 4, 1, 5, 9, 2, 6], target=lm, draft=lm)
+        runs.append((trace.output_ids, trace.runtime["target"]["widths"], trace.runtime["target"]["bucket_ms"]))
+    assert runs[0] == runs[1] and 32 in runs[0][1] and 16 not in runs[0][1]
+
+
+def test_a_timing_that_misses_a_bucket_is_not_stored_and_pads_by_the_smallest(tiny, monkeypatch, tmp_path):
+    from decoders import graphs
+
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
+    forward = CachedModel(tiny.model, KVPlan("fixed", committed=40)).fixed
+    monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3: {1: 1.0, 32: 0.5})
+    assert forward._bucket_table() == {} and not (tmp_path / graphs.BUCKET_TABLES).exists()
+    (tmp_path / graphs.BUCKET_TABLES).write_text("{not json")  # a damaged file: timed again, then stored whole
+    monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3: {w: 1.0 for w in BUCKETS})
+    assert forward._bucket_table() == {w: 1.0 for w in BUCKETS}
+    assert graphs.read_bucket_table(graphs.table_key(tiny.model, BUCKETS)) == {w: 1.0 for w in BUCKETS}
+
+
 def test_kept_graphs_are_matched_to_the_models_kernels():
     import copy
 
