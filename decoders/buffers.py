@@ -65,6 +65,11 @@ class KVPlan:
     def fixed(self) -> bool:
         return self.kind == "fixed"
 
+    @property
+    def path(self) -> str:
+        """How the forwards go, for pricing them (decoders/costs.py PATHS): the kind, or "graphs" when replayed."""
+        return "graphs" if self.graphs and self.fixed else self.kind
+
     def capacity(self, widest: int) -> int:
         """Slots per layer for a model whose widest write after the committed tokens is `widest` tokens (a tree,
         a draft tree's frontiers), plus the padding of a fixed-shape forward to its bucket. With graphs, rounded up
