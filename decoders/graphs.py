@@ -25,7 +25,9 @@ A capture costs about three forwards (two warm-ups and the capture), more than a
 GPU, so with graphs on a model's buffers and graphs outlive the run: `lease` hands a run the model's kept
 FixedForward of its capacity (free, i.e. not used by another runner right now, such as a draft model that is the
 target itself) and `give_back` returns it, lengths reset. They are kept per model object, weakly: unloading the
-model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length share them.
+model frees them; one whose model's weights moved since its capture (another device or dtype) is dropped, never
+replayed over freed memory. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length
+share them.
 """
 from __future__ import annotations
 
@@ -111,11 +113,12 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class _Captured:
     """One captured forward at one width: its static input (the packed tensor, and a pinned host copy to send it
-    from) and its static outputs."""
+    from), its static outputs, and an event marking when the last copy out of the host copy finished."""
 
     def __init__(self, graph, packed: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor | None):
         self.graph, self.packed, self.logits, self.hidden = graph, packed, logits, hidden
         self.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
+        self.sent = torch.cuda.Event() if packed.is_cuda else None
 
 
 class FixedForward:
@@ -137,6 +140,7 @@ class FixedForward:
         self.counts = {"graph": 0, "eager": 0}
         self.widths: set[int] = set()
         self.kernels = None  # the model's kernels when its graphs were captured (lease matches them)
+        self.weights = None  # where the model's weights lived then (`weights_of`; lease matches them)
         self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), from the stored table
         self.seconds: dict[int, float] | None = None  # median replay of each bucket, once read or timed
 
@@ -247,8 +251,12 @@ class FixedForward:
         captured = self.captured.get((width, hidden))
         if captured is None:
             captured = self.captured[(width, hidden)] = self._capture(packed, width, hidden)
-        captured.host.copy_(packed)  # the host staging buffer is free again: the caller read the last round's outputs
+        if captured.sent is not None:  # the last asynchronous copy out of the staging buffer must be done before it is
+            captured.sent.synchronize()  # overwritten (a caller that read the outputs waited for it already)
+        captured.host.copy_(packed)
         captured.packed.copy_(captured.host, non_blocking=True)  # the one host-to-device copy of a replay
+        if captured.sent is not None:
+            captured.sent.record()
         captured.graph.replay()
         self.cache.advance(n)  # the captured writes ran no Python: count the valid entries here
         # Clones: the next replay of this width overwrites the static outputs, and callers keep rows (features).
@@ -329,21 +337,38 @@ _KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.Weak
 
 
 def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
-    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
+    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one. Kept ones
+    whose weights moved since their capture (`weights_of`) are dropped."""
     now = kernels.kernels_of(model)  # a graph replays the kernels it was captured with: stock and fused kept apart
+    weights = weights_of(model)
     kept = _KEPT.setdefault(model, [])
+    kept[:] = [forward for forward in kept if forward.leased or forward.weights == weights]
     for forward in kept:
-        if (not forward.leased and forward.kernels == now and forward.cache.capacity == capacity
-                and forward.buckets == tuple(buckets)):
+        if (not forward.leased and forward.kernels == now and forward.weights == weights
+                and forward.cache.capacity == capacity and forward.buckets == tuple(buckets)):
             break
     else:
         forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)
-        forward.kernels = now
+        forward.kernels, forward.weights = now, weights
         kept.append(forward)
     forward.leased = True
     forward.counts, forward.widths = {"graph": 0, "eager": 0}, set()  # this run's own figures
     forward.cache.reset()
     return forward
+
+
+def weights_of(model: nn.Module) -> int:
+    """Where the model's parameters and buffers live (addresses, dtypes, devices), hashed. A captured graph reads
+    the addresses it was captured with and runs no Python: after a move to another device or dtype (or the first
+    fuse, which makes q/k/v views of a new joined weight, decoders/fused.py) the old tensors are freed and a replay
+    would read freed memory. Fusing again after `unfuse` keeps the joined views, so their graphs stay valid."""
+    where = []
+    for tensor in [*model.parameters(), *model.buffers()]:
+        try:
+            where.append((tensor.data_ptr(), tensor.dtype, str(tensor.device)))
+        except RuntimeError:  # an opaque layout (oneDNN) has no address to compare: its object stands in
+            where.append((id(tensor), tensor.dtype, str(tensor.device)))
+    return hash(tuple(where))
 
 
 def give_back(forward: FixedForward) -> None:

@@ -338,6 +338,7 @@ def test_kept_graphs_are_matched_to_the_models_kernels():
     from tiny import tiny_llama
 
     model = copy.deepcopy(tiny_llama(layers=2).model)
+    fused.fuse(model)  # the first fuse moves q/k/v and gate/up into joined weights; later switches keep them
     kernels.use(model, kernels.STOCK)
     first = lease(model, 256, BUCKETS, None)
     give_back(first)
@@ -349,6 +350,55 @@ def test_kept_graphs_are_matched_to_the_models_kernels():
     give_back(fused_forward)
     kernels.use(model, kernels.STOCK)
     assert lease(model, 256, BUCKETS, None) is first  # the stock graphs are kept for the stock modules
+
+
+def test_kept_graphs_whose_weights_moved_are_dropped_not_replayed():
+    """A graph reads the addresses it was captured with: after a dtype (or device) move, or the first fuse, the old
+    weights are freed, and a kept forward captured before must not be leased again."""
+    import copy
+
+    from decoders import fused, graphs
+    from decoders.graphs import give_back, lease
+    from tiny import tiny_llama
+
+    model = copy.deepcopy(tiny_llama(layers=2).model)
+    before = lease(model, 256, BUCKETS, None)
+    give_back(before)
+    fused.fuse(model)
+    fused.unfuse(model)  # stock kernels again, but q/k/v now view the joined weights: the old ones are gone
+    again = lease(model, 256, BUCKETS, None)
+    assert again is not before and graphs._KEPT[model] == [again]
+    give_back(again)
+    model.to(torch.float64)
+    moved = lease(model, 256, BUCKETS, None)
+    assert moved is not again and graphs._KEPT[model] == [moved]
+    give_back(moved)
+
+
+def test_a_replay_waits_for_the_last_copy_out_of_the_staging_buffer_before_overwriting_it(tiny, emulated_graphs):
+    """On a GPU the packed inputs go from a pinned host buffer asynchronously: the next replay of that width may
+    write the buffer only once the copy finished (its event; here a stand-in that notes what the buffer held)."""
+    runner = CachedModel(tiny.model, KVPlan("fixed", committed=40, graphs=True))
+    seen = []
+
+    class Event:
+        def synchronize(self):
+            seen.append(("wait", captured.host.clone()))
+
+        def record(self):
+            seen.append(("record", captured.host.clone()))
+
+    try:
+        runner.forward([1, 2, 3, 4, 5])  # the prefill; then a width replayed twice
+        runner.forward([6])
+        runner.forward([7])
+        captured = runner.fixed.captured[(1, False)]
+        captured.sent = Event()
+        runner.forward([8])
+        (wait, before), (record, after) = seen
+        assert (wait, record) == ("wait", "record") and before[0] == 7 and after[0] == 8
+    finally:
+        runner.release()
 
 
 def test_the_first_replayable_forward_captures_and_times_every_bucket(tiny, monkeypatch):
