@@ -1,7 +1,7 @@
 """What verification and drafting cost on this machine: one cost curve per (machine, model, dtype, kernels, path).
 
 t(n) = seconds of one forward over n new tokens after a fixed context / seconds of one over 1 token. A chain (the
-causal mask) and a branching tree (the 4-D float mask, decoders/runner.py) take different code paths, so both are
+causal mask) and a branching tree (the 4-D float mask, decoders/runtime/runner.py) take different code paths, so both are
 timed. Each n is timed `repeats` times, interleaved with the other n (a slow moment of a shared machine spreads over
 every n instead of bending one), and the median is kept; the curve is then made non-decreasing by pooling adjacent
 violators (isotonic regression), because a forward over more tokens cannot really cost less: a dip is noise, and a
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .model_files import cache_dir
+from .runtime.model_files import cache_dir
 from .tree import DraftTree
 
 CACHE_NAME = "costs.json"
@@ -47,7 +47,7 @@ DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 96  # tokens already in the cache when a forward is timed (a short prompt plus some output)
 CONTEXT_SPAN = 4  # a curve serves runs whose prompt is within this factor of the context it was measured at
 BUSY_EXTRA = 0.5  # runnable tasks per core, beyond the measuring threads' own share, that make a measurement "busy"
-# How a run's forwards go (decoders/buffers.py KVPlan.path): transformers' DynamicCache, static buffers read as views,
+# How a run's forwards go (decoders/runtime/buffers.py KVPlan.path): transformers' DynamicCache, static buffers read as views,
 # buffers at fixed padded widths run eagerly, or those replayed as CUDA graphs
 PATHS = ("dynamic", "static", "fixed", "graphs")
 
@@ -150,8 +150,8 @@ def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_
                   context_tokens: int = DEFAULT_CONTEXT, trees: bool = True, path: str = "dynamic") -> dict:
     """Median seconds per n for chain (and, with `trees`, tree-mask) forwards and for a last-logits one-token step,
     interleaved, on `path` (PATHS) as a run on it pays them (with graphs: padded to the bucket a run pads to)."""
-    from .buffers import KVPlan
-    from .runner import CachedModel
+    from .runtime.buffers import KVPlan
+    from .runtime.runner import CachedModel
 
     if max(ns) > context_tokens:
         raise ValueError(f"timing forwards of up to {max(ns)} tokens needs a context of at least that many")
@@ -189,7 +189,7 @@ def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_
 
 def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
             context_tokens: int = DEFAULT_CONTEXT, path: str = "dynamic") -> CostCurve:
-    """The cost curve of a loaded model (decoders.models.LoadedModel or any object with .name and .model); read
+    """The cost curve of a loaded model (decoders.runtime.models.LoadedModel or any object with .name and .model); read
     from the cache unless refresh or never measured for this (machine, model, dtype, kernels, path) at about this
     context."""
     key = _key_of(lm, path)
@@ -269,7 +269,7 @@ def _time_and_store(lm, key: str, ns, repeats: int, context_tokens: int) -> Cost
 
 
 def _key_of(lm, path: str = "dynamic") -> str:
-    from . import kernels
+    from .runtime import kernels
 
     model = lm.model
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -287,7 +287,7 @@ def _age_seconds(measured_at: str) -> float | None:
 def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: str = "cpu",
            path: str = "dynamic") -> CostCurve | None:
     """A curve measured earlier on this machine, without loading or timing anything (None if never measured)."""
-    from . import kernels
+    from .runtime import kernels
 
     kinds = [kernel_kind] if kernel_kind else [kernels.PACKED, kernels.STOCK]  # packed: how the loader runs float32
     stored = _read()
@@ -335,7 +335,7 @@ def format_speedup(model_name: str, dtype: str) -> float | None:
 def machine_description(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, PyTorch {torch.__version__}"
-    from .dtype_choice import read_cpu_features
+    from .runtime.dtype_choice import read_cpu_features
 
     cpu = read_cpu_features()
     return f"{cpu.model_name}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, PyTorch {torch.__version__}"
@@ -345,7 +345,7 @@ def cache_key(model_name: str, dtype: str, kernel_kind: str, device: torch.devic
     if device.type == "cuda":
         machine = torch.cuda.get_device_name(device)
     else:
-        from .dtype_choice import read_cpu_features
+        from .runtime.dtype_choice import read_cpu_features
 
         cpu = read_cpu_features()
         machine = json.dumps([cpu.model_name, sorted(cpu.flags)])

@@ -17,7 +17,7 @@ from .drafters import Drafter
 from .readout import read_round
 from .recorder import TraceBuilder
 from .rules import DraftRule
-from .runner import CachedModel
+from .runtime.runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
 from .verify import verify

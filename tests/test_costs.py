@@ -113,7 +113,8 @@ def test_a_graph_run_and_an_eager_run_are_priced_by_the_curves_of_their_own_path
     are stood in for on the CPU as in tests/test_graphs.py (a replay runs the captured forward again)."""
     from dataclasses import replace
 
-    from decoders import DecodeOptions, buffers, generate, graphs
+    from decoders import DecodeOptions, generate
+    from decoders.runtime import buffers, graphs
 
     class Rerun:
         def __init__(self, forward, outputs):

@@ -294,7 +294,7 @@ def test_a_draft_without_a_tokenizer_gets_a_fix(toys):
 def test_another_vocabulary_is_refused_by_the_draft_model_drafter_but_not_by_this_one(toys):
     other = toys["other"]
     assert other.model.config.vocab_size != toys["target"].model.config.vocab_size
-    from decoders.models import ModelError
+    from decoders.runtime.models import ModelError
 
     with pytest.raises(ModelError, match="drafter 'cross-tokenizer'"):  # the tokenizers differ
         generate(DecodeOptions(method="speculative", max_new_tokens=3), [1, 2], target=toys["target"], draft=other)

@@ -15,10 +15,10 @@ import torch
 from kv_helpers import METHODS, PROMPTS, drafter_pair, options_for
 
 from decoders import DecodeOptions, generate
-from decoders.buffers import BUCKETS, KVPlan
-from decoders.graphs import bucket, fixed_inputs, pack_inputs
+from decoders.runtime.buffers import BUCKETS, KVPlan
+from decoders.runtime.graphs import bucket, fixed_inputs, pack_inputs
 from decoders.readout import read_round
-from decoders.runner import CachedModel
+from decoders.runtime.runner import CachedModel
 from decoders.sampling import raw_probs
 from decoders.trace import TOP_LOGITS
 from decoders.tree import DraftTree, attention_mask_4d, depths
@@ -116,9 +116,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 @pytest.fixture(scope="module")
 def gpu_pair(tmp_path_factory):
-    """Tiny models on the GPU as load_model leaves a model there: norms fused (decoders/kernels.py; tests/test_cuda.py
+    """Tiny models on the GPU as load_model leaves a model there: norms fused (decoders/runtime/kernels.py; tests/test_cuda.py
     covers the stock modules)."""
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     def to_cuda(lm):
         model = lm.model.to("cuda")
@@ -192,7 +192,7 @@ def emulated_graphs(monkeypatch):
     outputs (a real replay re-runs the captured kernels on the same input and output tensors, and runs no Python).
     What this checks is SpecLab's side: leases, lengths put back after capture and advanced after replay, inputs
     copied into the captured tensor, outputs cloned before the next replay, counts."""
-    from decoders import buffers, graphs
+    from decoders.runtime import buffers, graphs
 
     class Replay:
         def __init__(self, forward, outputs):
@@ -238,7 +238,7 @@ def test_the_graph_path_decodes_what_the_eager_path_decodes(cpu_pair, emulated_g
 
 def test_kept_graphs_are_leased_to_one_runner_at_a_time(tiny, emulated_graphs):
     """A draft model that is the target itself gets buffers of its own, not the target's."""
-    from decoders import graphs
+    from decoders.runtime import graphs
 
     plan = KVPlan("fixed", committed=40, graphs=True)
     first, second = CachedModel(tiny.model, plan), CachedModel(tiny.model, plan)
@@ -299,7 +299,7 @@ def test_greedy_ids_and_widths_do_not_follow_a_processs_own_bucket_timing(emulat
     second process). Each round here verifies 9 tokens: bucket 16 or 32, whichever the table says is cheaper."""
     import copy
 
-    from decoders import graphs
+    from decoders.runtime import graphs
     from tiny import tiny_llama
 
     monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
@@ -318,7 +318,7 @@ def test_greedy_ids_and_widths_do_not_follow_a_processs_own_bucket_timing(emulat
 
 
 def test_a_timing_that_misses_a_bucket_is_not_stored_and_pads_by_the_smallest(tiny, monkeypatch, tmp_path):
-    from decoders import graphs
+    from decoders.runtime import graphs
 
     monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
     forward = CachedModel(tiny.model, KVPlan("fixed", committed=40)).fixed
@@ -333,8 +333,8 @@ def test_a_timing_that_misses_a_bucket_is_not_stored_and_pads_by_the_smallest(ti
 def test_kept_graphs_are_matched_to_the_models_kernels():
     import copy
 
-    from decoders import fused, kernels
-    from decoders.graphs import give_back, lease
+    from decoders.runtime import fused, kernels
+    from decoders.runtime.graphs import give_back, lease
     from tiny import tiny_llama
 
     model = copy.deepcopy(tiny_llama(layers=2).model)
@@ -357,8 +357,8 @@ def test_kept_graphs_whose_weights_moved_are_dropped_not_replayed():
     weights are freed, and a kept forward captured before must not be leased again."""
     import copy
 
-    from decoders import fused, graphs
-    from decoders.graphs import give_back, lease
+    from decoders.runtime import fused, graphs
+    from decoders.runtime.graphs import give_back, lease
     from tiny import tiny_llama
 
     model = copy.deepcopy(tiny_llama(layers=2).model)
@@ -402,7 +402,7 @@ def test_a_replay_waits_for_the_last_copy_out_of_the_staging_buffer_before_overw
 
 
 def test_the_first_replayable_forward_captures_and_times_every_bucket(tiny, monkeypatch):
-    from decoders import buffers, graphs
+    from decoders.runtime import buffers, graphs
 
     monkeypatch.setattr(graphs, "capture", lambda forward, pool=None: (_Rerun(forward), forward(), pool))
     monkeypatch.setattr(buffers, "check_graphs", lambda graphs, device: None)

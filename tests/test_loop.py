@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from decoders import DecodeOptions, stream
-from decoders.runner import decoder_layers
+from decoders.runtime.runner import decoder_layers
 
 
 def test_stream_yields_once_per_round(tiny, drafts):
@@ -56,7 +56,7 @@ def test_a_drafter_whose_close_raises_still_releases_the_target(tiny, drafts, mo
     """The target's release runs even when the drafter's close fails (with graphs, a runner that is never released
     keeps its model's kept buffers leased for good), and the drafter's error still surfaces."""
     from decoders.drafters import DraftModelDrafter
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     def broken(self):
         raise RuntimeError("close failed")

@@ -139,7 +139,7 @@ class BatchLayerSkip(BatchDrafter):
         self.skip, self.kept = single.skip, single.kept  # the single-row drafter validated the skip set
 
     def propose(self, ids, limits, rules, warp, generators, record):
-        from ..runner import skipping_layers
+        from ..runtime.runner import skipping_layers
 
         before = self.target.snapshot()
         try:

@@ -2,8 +2,8 @@
 
 The first load of a model converts its model.bin (split into parts for base) into an openai-whisper checkpoint
 under cache_dir()/whisper (a few seconds); later loads read that file. openai-whisper is imported lazily so that
-listing models stays cheap. Loaded models live in the language models' resident set (decoders/models.py,
-decoders/residency.py): one memory budget, one least-recently-used order, and a transcription holds its model.
+listing models stays cheap. Loaded models live in the language models' resident set (decoders/runtime/models.py,
+decoders/runtime/residency.py): one memory budget, one least-recently-used order, and a transcription holds its model.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..model_files import ModelError, WeightPart, cache_dir, locate_parts
+from ..runtime.model_files import ModelError, WeightPart, cache_dir, locate_parts
 from .convert import to_whisper_checkpoint
 from .ct2 import read_ct2
 
@@ -46,7 +46,7 @@ DEVICE = torch.device("cpu")  # Whisper runs on the CPU in float32 (the checkpoi
 
 @dataclass
 class LoadedWhisper:
-    """A resident Whisper model, as decoders.models keeps it (name, device, dtype, model) and hold() takes it."""
+    """A resident Whisper model, as decoders.runtime.models keeps it (name, device, dtype, model) and hold() takes it."""
     name: str
     model: torch.nn.Module = field(repr=False)
     device: torch.device = DEVICE
@@ -90,8 +90,8 @@ def ensure_checkpoint(name: str) -> Path:
 
 def resident_whisper(name: str, progress=None) -> LoadedWhisper:
     """The model within the memory budget: loaded (converting on first use) unless it is resident already. Hold it
-    (decoders.models.hold) while it decodes, so that no other load evicts it meanwhile."""
-    from .. import models
+    (decoders.runtime.models.hold) while it decodes, so that no other load evicts it meanwhile."""
+    from ..runtime import models
 
     entry(name)  # an unknown name fails before any wait
     return models.load_other(("whisper", name, "float32", str(DEVICE)), lambda say: _build(name, say), DEVICE,

@@ -1,4 +1,4 @@
-"""Fixed-shape forwards over static KV buffers (decoders/buffers.py), run eagerly or replayed as CUDA graphs.
+"""Fixed-shape forwards over static KV buffers (decoders/runtime/buffers.py), run eagerly or replayed as CUDA graphs.
 
 A forward of n tokens (a chain, or a draft tree by its parent array) after `start` valid slots:
   width        the smallest bucket >= n (buffers.BUCKETS); n past the widest bucket runs at its own width, eagerly
@@ -47,7 +47,7 @@ from torch import nn
 from . import kernels
 from .buffers import BufferCache, BufferFull
 from .model_files import cache_dir
-from .tree import ancestor_mask, depths
+from ..tree import ancestor_mask, depths
 
 BUCKET_TABLES = "buckets.json"  # in cache_dir(): each (device, model, dtype, kernels)'s replay seconds per bucket
 
@@ -360,7 +360,7 @@ def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int
 def weights_of(model: nn.Module) -> int:
     """Where the model's parameters and buffers live (addresses, dtypes, devices), hashed. A captured graph reads
     the addresses it was captured with and runs no Python: after a move to another device or dtype (or the first
-    fuse, which makes q/k/v views of a new joined weight, decoders/fused.py) the old tensors are freed and a replay
+    fuse, which makes q/k/v views of a new joined weight, decoders/runtime/fused.py) the old tensors are freed and a replay
     would read freed memory. Fusing again after `unfuse` keeps the joined views, so their graphs stay valid."""
     where = []
     for tensor in [*model.parameters(), *model.buffers()]:

@@ -1,7 +1,7 @@
 """Which loaded models stay in memory: a budget, least-recently-used eviction, and holds by running decodes.
 
 Without this every (model, dtype) stayed resident for the life of the process: switching through the four models
-in both dtypes held 22.7 GB of a 24 GB machine. Now decoders/models.py asks `make_room` before and after each load;
+in both dtypes held 22.7 GB of a 24 GB machine. Now decoders/runtime/models.py asks `make_room` before and after each load;
 models that a running decode holds (api.stream holds its target and draft) are never evicted, and evicting one
 really returns its memory (gc, the CUDA cache, glibc's free lists) as long as nobody else keeps a reference.
 
@@ -38,7 +38,7 @@ Progress = Callable[[str], None]
 
 def model_bytes(model: nn.Module) -> int:
     """Bytes of a model's parameters, buffers and packed weights: each storage once (tied weights), by its whole
-    size. A fused model's q/k/v (gate/up) are views of one joined storage (decoders/fused.py): counting the first
+    size. A fused model's q/k/v (gate/up) are views of one joined storage (decoders/runtime/fused.py): counting the first
     view's own size under-counted SmolLM2 by a quarter, and the budget admitted models that did not fit."""
     tensors = list(model.parameters()) + list(model.buffers())
     tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
@@ -50,7 +50,7 @@ def model_bytes(model: nn.Module) -> int:
 
 
 def _int8_bytes(model: nn.Module) -> int:
-    """int8 linears (decoders/kernels.py Int8Linear) keep their weights in packed params, not parameters (their bias
+    """int8 linears (decoders/runtime/kernels.py Int8Linear) keep their weights in packed params, not parameters (their bias
     and row sums are parameters and buffers, counted above)."""
     from .kernels import Int8Linear, is_int8
 
