@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from .runtime.buffers import BUCKETS
 from .runtime.model_files import cache_dir
 from .tree import DraftTree
 
@@ -50,6 +51,9 @@ BUSY_EXTRA = 0.5  # runnable tasks per core, beyond the measuring threads' own s
 # How a run's forwards go (decoders/runtime/buffers.py KVPlan.path): transformers' DynamicCache, static buffers read as views,
 # buffers at fixed padded widths run eagerly, or those replayed as CUDA graphs
 PATHS = ("dynamic", "static", "fixed", "graphs")
+# Paths whose forwards pad to a bucket (decoders/runtime/graphs.py): a forward of n tokens costs its bucket's, so t(n)
+# is a step function, and a run on them measures every bucket (an H200: 32 tokens 1.38 steps, 33 padded to 64 1.57)
+PADDED = ("fixed", "graphs")
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,13 @@ class CostCurve:
         return self.load_per_core is None or is_busy(self.load_per_core, self.threads or 1)
 
     def t(self, n: int, tree: bool = False) -> float:
-        """t(n)/t(1), linear between measured n and along the last segment beyond the largest."""
-        return interpolate(self.tree if tree else self.chain, n)
+        """t(n)/t(1), linear between measured n and along the last segment beyond the largest; on a padded path
+        (PADDED) that of the first measured n' >= n, which runs at the same bucket (every bucket is measured)."""
+        curve = self.tree if tree else self.chain
+        wider = [m for m in curve if m >= n]
+        if self.path in PADDED and wider:
+            return curve[min(wider)]
+        return interpolate(curve, n)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -205,6 +214,8 @@ def for_run(lm, prompt_tokens: int, ns=QUICK_NS, path: str = "dynamic") -> tuple
     machine and this one is quiet now, or at a very different context; and what the trace says about it
     (totals["cost_curve"])."""
     key = _key_of(lm, path)
+    if path in PADDED:
+        ns = tuple(sorted(set(ns) | set(BUCKETS)))
     context = run_context(prompt_tokens, max(ns), getattr(lm, "context_length", None))
     stored = _best(_read(), key, min_points=len(ns), context_tokens=context)
     now = load_per_core()  # the run's threads are idle while it picks its curve

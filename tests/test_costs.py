@@ -133,7 +133,8 @@ def test_a_graph_run_and_an_eager_run_are_priced_by_the_curves_of_their_own_path
         used[trace.runtime["target"]["kv_cache"], options.cuda_graphs] = trace.totals["cost_curve"]
     assert {key: use["path"] for key, use in used.items()} == {("dynamic", False): "dynamic", ("fixed", True): "graphs"}
     assert all(use["remeasured"] and use["why"] == "none stored" for use in used.values())  # not the other's curve
-    assert costs.cached(tiny.name, "float32", "stock", path="graphs").path == "graphs"
+    graph_curve = costs.cached(tiny.name, "float32", "stock", path="graphs")
+    assert graph_curve.path == "graphs" and 64 in graph_curve.ns  # every bucket a padded forward can run at
     assert costs.cached(tiny.name, "float32", "stock").path == "dynamic"
 
 
@@ -142,3 +143,12 @@ def test_curves_stored_before_paths_were_keyed_read_as_the_eager_path():
     stored = {"x|m|float32|stock|2x5|96": {k: v for k, v in old.to_dict().items() if k != "path"}}
     assert costs._best(stored, "x|m|float32|stock|dynamic").path == "dynamic"
     assert costs._best(stored, "x|m|float32|stock|graphs") is None
+
+
+def test_on_a_padded_path_t_of_n_is_its_buckets_cost():
+    """A forward of 33 tokens on the graph path runs at bucket 64: priced at t(64), not between t(32) and t(48)."""
+    h200 = {1: 1.0, 2: 1.21, 4: 1.21, 8: 1.38, 16: 1.38, 32: 1.38, 64: 1.57}  # shaped like bench/results/gpu-h200.md
+    graphs = costs.CostCurve("m", "float32", "packed", "gpu", tuple(h200), 0.004, 0.004, h200, h200, path="graphs")
+    assert [graphs.t(n) for n in (1, 3, 5, 17, 32, 33, 64)] == [1.0, 1.21, 1.38, 1.38, 1.38, 1.57, 1.57]
+    dynamic = costs.CostCurve("m", "float32", "packed", "gpu", tuple(h200), 0.004, 0.004, h200, h200)
+    assert dynamic.t(33) == pytest.approx(1.38 + 0.19 / 32) and graphs.t(65) == dynamic.t(65)  # beyond: the slope
