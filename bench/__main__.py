@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from decoders import kernels
+from decoders.runtime import kernels
 
 from . import costs as cost_model
 from . import peers, report, tuning
@@ -160,7 +160,7 @@ def wait_for_memory(need: float, log, patience_s: float = 600) -> None:
 
 
 def default_loader(name: str, dtype: str):
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     return load_model(name, dtype=dtype)
 

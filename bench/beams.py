@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [key.strip() for key in args.arms.split(",") if key.strip()]
     if set(wanted) - known:
         parser.error(f"unknown arm(s) {', '.join(sorted(set(wanted) - known))}; choose from {', '.join(sorted(known))}")
-    from decoders.models import ModelError, load_model
+    from decoders.runtime.models import ModelError, load_model
 
     from .common import machine
 

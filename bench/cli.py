@@ -50,7 +50,7 @@ def command(prog: str, argv: list[str] | None) -> str:
 
 def load_pair(target: str) -> tuple[dict, str | None]:
     """{"target": lm[, "draft": lm]} in float32 and the draft's registry name (None: the target has no draft)."""
-    from decoders.models import REGISTRY, load_model
+    from decoders.runtime.models import REGISTRY, load_model
 
     entry = REGISTRY.get(target)
     draft_name = entry.default_draft if entry is not None else None

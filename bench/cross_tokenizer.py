@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from decoders import kernels
+from decoders.runtime import kernels
 
 from . import cli, peers, report
 from .__main__ import load_prompts, machine
@@ -194,7 +194,7 @@ def markdown(result: dict) -> str:
 
 def load_models(target: str, draft: str, quant: str) -> dict:
     """Target and draft, float32; the draft int8 when asked (one object, handed to both sides)."""
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     models = {"target": load_model(target, dtype="float32"),
               "draft": load_model(draft, dtype="float32", quant="int8" if quant == "int8" else None)}

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from decoders import kernels
+from decoders.runtime import kernels
 
 from . import gpu_arms, gpu_report
 from .__main__ import load_prompts
@@ -154,7 +154,7 @@ def run_checks(on_gpu: bool, stem: Path, timeout: int) -> dict:
 
 
 def load_target(models: dict, on_gpu: bool) -> dict:
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     models["target"] = load_model(TARGET, dtype="float32", device="cuda" if on_gpu else "cpu")
     return {"device": str(models["target"].device)}

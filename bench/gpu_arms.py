@@ -2,7 +2,7 @@
 model's forwards as each KV path runs them, and transformers' generate with its own static cache.
 
 Every SpecLab arm is a bench.runner Method, so it runs through decoders.stream like the other benches, interleaved
-and paired by prompt and repetition (bench/runner.py). "graph" arms set cuda_graphs (decoders/graphs.py); on a CPU
+and paired by prompt and repetition (bench/runner.py). "graph" arms set cuda_graphs (decoders/runtime/graphs.py); on a CPU
 (the dry run) no graph can be captured, so those arms run the same fixed-shape forwards eagerly and say so.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ import traceback
 
 import torch
 
-from decoders.buffers import KVPlan
+from decoders.runtime.buffers import KVPlan
 from decoders.controller import TREE_BOUNDS
 from decoders.costs import branching_tree
-from decoders.runner import CachedModel
+from decoders.runtime.runner import CachedModel
 
 from .runner import Method, hf, ours
 

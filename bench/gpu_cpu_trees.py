@@ -6,7 +6,7 @@ Every method of `python -m bench.trees` (SmolLM2-135M with its shipped EAGLE hea
 EAGLE's static tree, EAGLE-2 at the paper's shape and cost-aware, DDD) runs three times per prompt and repetition,
 interleaved (bench/runner.py): with transformers' DynamicCache, with static buffers read as views (kv_cache
 "static") and with fixed-shape buffers at bucketed widths ("fixed", what CUDA graphs replay; eager here). The ratio
-is each twin's tokens/s over the DynamicCache twin's of the same prompt and repetition. decoders/buffers.resolve
+is each twin's tokens/s over the DynamicCache twin's of the same prompt and repetition. decoders/runtime/buffers.resolve
 keeps "auto" on the DynamicCache on a CPU unless this shows a buffer is not slower. Writes
 bench/results/gpu-cpu-trees-<target>.{md,json}.
 """

@@ -43,7 +43,7 @@ def _steps(steps: dict | None) -> list[str]:
              "Medians over the repetitions (interleaved over n after two warm-up passes; graphs: each n its own "
              "captured graph). \"graphs-tree\": a branching tree of n nodes under the 4-D tree mask; "
              "\"graphs-stock\": the same graphs on transformers' own RMSNorm modules (the other rows fuse them: "
-             "decoders/kernels.py).", "", head,
+             "decoders/runtime/kernels.py).", "", head,
              "|" + "---|" * (len(widths) + 2)]
     for path, curve in curves.items():
         t = {int(n): v for n, v in curve["t"].items()}
@@ -79,12 +79,12 @@ def _forwards(records: list[dict]) -> str:
 
 
 def _bucket_ms(race: dict) -> list[str]:
-    """Each bucket's replay as the graph baseline timed it (decoders/graphs.py pads to the cheapest that holds n)."""
+    """Each bucket's replay as the graph baseline timed it (decoders/runtime/graphs.py pads to the cheapest that holds n)."""
     timed = next((r["runtime"]["target"]["bucket_ms"] for r in race["records"] if r["method"] == GRAPH_BASELINE
                   and ((r.get("runtime") or {}).get("target") or {}).get("bucket_ms")), None)
     if not timed:
         return []
-    return ["Each bucket's graph replay as timed at its first use (ms), from which a forward of n tokens pads to the "
+    return ["Each bucket's graph replay as timed once and stored for this device and model (ms), from which a forward of n tokens pads to the "
             "cheapest bucket that holds n: " + ", ".join(f"{w}: {ms}" for w, ms in timed.items()) + ".", ""]
 
 

@@ -48,7 +48,7 @@ def travelling_bytes() -> int:
 
 
 def smollm2_gguf() -> tuple[Path, str]:
-    from decoders.models import REGISTRY
+    from decoders.runtime.models import REGISTRY
 
     entry = REGISTRY["smollm2-135m"]
     path = entry.gguf()

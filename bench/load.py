@@ -10,7 +10,7 @@ request ends as one of: ok, busy (a clear "busy"/"queue is full" message), messa
 tab's error box), traceback (traceback text reached the client: a bug), error (any other exception: a bug),
 timeout (no answer within the bound). An endpoint missing from the server's API is reported, not fatal (the tabs
 change under other work). The server's RSS (with its children) is sampled every second and compared with the
-memory budget that decoders/residency.py applies (the same environment, the same machine).
+memory budget that decoders/runtime/residency.py applies (the same environment, the same machine).
 
 Writes bench/results/<stem>.json (every request, the RSS samples) and <stem>.md (the table).
 """
@@ -263,7 +263,7 @@ def markdown(s: dict) -> str:
         lines.append(f"| {tab} | {t['requests']} | {t['ok']} | {t['busy']} | {t['message']} | {t['traceback']} | "
                      f"{t['error']} | {t['timeout']} | {t['median_s']} | {t['p95_s']} | {t['max_s']} |")
     lines += ["", f"Server RSS (with children): {s['start_rss_gb']} GB when the load began, peak {s['peak_rss_gb']} GB;"
-              f" memory budget for resident models {s['memory_budget_gb']} GB (decoders/residency.py): "
+              f" memory budget for resident models {s['memory_budget_gb']} GB (decoders/runtime/residency.py): "
               f"{'within' if s['within_budget'] else 'OVER'} the budget.",
               f"Missing endpoints: {', '.join(s['missing_endpoints']) or 'none'}. Every request answered clearly: "
               f"{'yes' if s['every_request_answered_clearly'] else 'NO'}."]
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.budget_gb is not None:
         os.environ["SPECLAB_MEMORY_BUDGET_GB"] = str(args.budget_gb)
-    from decoders.residency import memory_budget_bytes
+    from decoders.runtime.residency import memory_budget_bytes
     import torch
 
     budget_gb = memory_budget_bytes(torch.device("cpu")) / 1e9

@@ -3,7 +3,7 @@
 Issue 10 #2's closing figure. One process loads SmolLM2-135M and Gemma-3-270M in float32 and bfloat16 (the Qwen
 models are left out: minutes of CPU and 3-7 GB each), one after another, with $SPECLAB_MEMORY_BUDGET_GB set small
 so that later loads must evict earlier ones. After each switch it prints the process's resident set (VmRSS, what
-the operating system really gives the process) beside decoders.models.resident_models() (what the budget counts),
+the operating system really gives the process) beside decoders.runtime.models.resident_models() (what the budget counts),
 and the status lines the loader said. Output: a Markdown table on stdout, or written to --out.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def resident_text(residents: list[dict]) -> str:
 
 def switch_through(switches=SWITCHES) -> list[dict]:
     """Load each (model, dtype) in turn; one row per step with RSS, the resident set and what the loader said."""
-    from decoders import models
+    from decoders.runtime import models
 
     rows = [{"step": "start (torch and transformers imported)", "rss_gb": rss_gb(), "resident": "(none)",
              "said": "", "seconds": 0.0}]
@@ -55,7 +55,7 @@ def markdown(rows: list[dict], budget_gb: float) -> str:
              f"`python -m bench.memory_switch --budget-gb {budget_gb:g}` · torch threads: 1 · "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
              "RSS is the whole process (Python, torch, tokenizers included); 'resident' is what "
-             "decoders.models.resident_models() counts against the budget (parameters and buffers).", "",
+             "decoders.runtime.models.resident_models() counts against the budget (parameters and buffers).", "",
              "| step | RSS (GB) | resident models | load (s) | the loader said |", "|---|---:|---|---:|---|"]
     lines += [f"| {r['step']} | {r['rss_gb']:.2f} | {r['resident']} | {r['seconds']:.1f} | {r['said']} |"
               for r in rows]

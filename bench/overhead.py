@@ -77,7 +77,7 @@ def measure(vocab: int = 151936, tokens: int = 256, reps: int = 5) -> list[dict]
 
 def forward_floor(vocab: int = 151936, reps: int = 20) -> dict:
     """ms of the bare model calls alone (target 5-token forward, draft 1-token step), for subtraction."""
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     target_model, _ = tiny_pair(vocab)
     runner = CachedModel(target_model)

@@ -17,12 +17,12 @@ class _Encoder:
     """Prompt ids as bench/runner.py made them: the target's chat template (tokenizer only, no weights)."""
 
     def __call__(self, model: str, text: str) -> list[int]:
-        from decoders.models import encode_prompt, load_tokenizer
+        from decoders.runtime.models import encode_prompt, load_tokenizer
 
         return encode_prompt(load_tokenizer(model).tokenizer, text, chat=True)
 
     def eos_ids(self, model: str) -> tuple[int, ...]:
-        from decoders.models import load_tokenizer
+        from decoders.runtime.models import load_tokenizer
 
         return load_tokenizer(model).eos_token_ids
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decoders import kernels
+from decoders.runtime import kernels
 
 from . import peers
 from .common import Prompt
@@ -37,7 +37,7 @@ class Method:
     temperature: float = 0.0
     peer: str | None = None  # the HF method this one is compared against on the same kernels (the headline)
     baseline: str = "ours/baseline"  # speedups are measured against this method (temperature-0 baseline)
-    kernels: str = "packed"  # matmul kernels the models run on: "packed" (SpecLab's, decoders/kernels.py) | "stock"
+    kernels: str = "packed"  # matmul kernels the models run on: "packed" (SpecLab's, decoders/runtime/kernels.py) | "stock"
     peer_stock: str | None = None  # the same HF method as users run it (stock kernels): the second column
     # The draft's precision, for both families ("auto" | "int8" | "none", decoders/quantize.py): run_draft hands the
     # same object to SpecLab and to transformers for the same value, so a comparison never pits an int8 draft
@@ -125,7 +125,7 @@ def run_ours(method: Method, target, prompt: Prompt, max_new_tokens: int, draft=
         "controller_caps": [rnd.rule["controller"]["cap"] for rnd in trace.rounds
                             if rnd.rule and "controller" in rnd.rule],
         "stop_reason": trace.stop_reason,
-        "runtime": trace.runtime,  # how each model's forwards ran (graph or eager, padded widths: decoders/graphs.py)
+        "runtime": trace.runtime,  # how each model's forwards ran (graph or eager, padded widths: decoders/runtime/graphs.py)
         "rounds_first_tokens": first_tokens,
         "rounds": [[r.n_drafted, r.n_accepted] for r in trace.rounds],  # α by depth (bench/self_drafters.py)
     }
@@ -144,7 +144,8 @@ def run_draft(method: Method, draft):
 def quantized_draft(draft_quant: str, draft):
     """The draft as the API would load it for this draft_quant: int8 where asked (or, for "auto", where this machine
     measured it faster; decoders/quantize.py). Only registry drafts: tests' tiny ones stay as they are."""
-    from decoders import models, quantize
+    from decoders import quantize
+    from decoders.runtime import models
 
     if draft is None or draft_quant == "none" or getattr(draft, "name", None) not in models.REGISTRY \
             or draft.dtype != torch.float32 or draft.device.type != "cpu":
@@ -295,8 +296,8 @@ def available_gib() -> float:
 def free_models(models: dict) -> None:
     """Drop every reference we hold and collect, so the next dtype never coexists with this one."""
     models.clear()
-    try:  # decoders.models keeps one copy per (name, dtype) per process: forget those too
-        from decoders import models as registry
+    try:  # decoders.runtime.models keeps one copy per (name, dtype) per process: forget those too
+        from decoders.runtime import models as registry
 
         registry.unload_all()
     except ImportError:

@@ -102,7 +102,7 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
 def reuse_saving(target, k: int, sizes=(1, 4, 8), past: int = 200, repeats: int = 7) -> list[dict]:
     """Best-of-repeats ms of one verification forward over n tokens: full (layers 1..L) vs early exit's (k+1..L)."""
     from decoders.drafters.early_exit import EarlyExitDrafter
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
     from decoders.selfdraft import store
     from decoders.tree import DraftTree
 
@@ -189,8 +189,8 @@ def main(argv=None) -> int:
                         help="also race newly trained weights (early-exit=DIR or prophet=DIR) against the shipped "
                              "ones in the same run, before shipping them")
     args = parser.parse_args(argv)
-    from decoders.models import load_model
-    from decoders.runner import decoder_layers
+    from decoders.runtime.models import load_model
+    from decoders.runtime.runner import decoder_layers
     from decoders.selfdraft import store
 
     threads = set_threads(args.threads)

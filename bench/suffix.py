@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     threads = set_threads(args.threads)
     started = time.time()
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     models = {"target": load_model(args.target, dtype="float32")}
     if args.tune:

@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     parser.add_argument("--measure", type=int, default=3, help="how many of the best predicted shapes to run")
     parser.add_argument("--cost-repeats", type=int, default=5, help="repetitions of each t(n) timing (median)")
     args = parser.parse_args(argv)
-    from decoders.models import ModelError
+    from decoders.runtime.models import ModelError
 
     candidates, ks, depths = _ints(args.candidates), _ints(args.ks), _ints(args.depths)
     threads = set_threads(args.threads)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .api import generate
 from . import registry
-from .buffers import KV_CACHES
+from .runtime.buffers import KV_CACHES
 from .options import BEAM_METHODS, CONTROLLERS, DRAFT_QUANTS, DTYPES, EARLY_STOPPING, DecodeOptions, OptionsError
 from .trace import Trace
 
@@ -147,7 +147,7 @@ def baseline_line(trace: Trace) -> str:
     check = Comparison(**trace.baseline_check)
     if check.position is None or not trace.models.get("target"):
         return check.line()
-    from .models import load_tokenizer
+    from .runtime.models import load_tokenizer
 
     decode = load_tokenizer(trace.models["target"]["name"]).tokenizer.decode
     return check.line((decode([check.baseline_token]), decode([check.run_token])))
@@ -230,7 +230,7 @@ def batch_line(batch) -> str:
 
 
 def list_models() -> None:
-    from .models import describe_models
+    from .runtime.models import describe_models
 
     for row in describe_models():
         state = "installed" if row["installed"] else "hub only"
@@ -240,7 +240,7 @@ def list_models() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .models import ModelError
+    from .runtime.models import ModelError
 
     try:
         if args.command == "models":

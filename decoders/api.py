@@ -6,7 +6,7 @@
     print(trace.output_text, trace.totals["tau"])
 
 `stream(...)` yields the same live Trace after every round (copy it if you need snapshots). Models come from
-decoders/models.py unless passed in (tests pass tiny random-init models).
+decoders/runtime/models.py unless passed in (tests pass tiny random-init models).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Iterator, Protocol
 
 import torch
 
-from . import buffers, kernels
+from .runtime import buffers, kernels
 from .batch.ragged import RaggedRunner
 from .batch.trace import BatchTrace
 from .beams import run as beam_run
@@ -27,13 +27,13 @@ from .loop import run_rounds
 from .options import DecodeOptions, OptionsError
 from .recorder import TraceBuilder
 from .registry import BuildContext, Family, uses_draft_model
-from .runner import CachedModel
+from .runtime.runner import CachedModel
 from .sampling import Warp, seeded_generator
 from .trace import Trace
 
 
 class LanguageModel(Protocol):
-    """What the decoders need from a loaded model (decoders.models.LoadedModel satisfies it)."""
+    """What the decoders need from a loaded model (decoders.runtime.models.LoadedModel satisfies it)."""
 
     name: str
     model: torch.nn.Module
@@ -85,7 +85,7 @@ def stream(options: DecodeOptions, prompt: str | list[int], target: LanguageMode
 
 
 def kv_plan(options: DecodeOptions, model: torch.nn.Module, prompt_tokens: int) -> buffers.KVPlan:
-    """How this run keeps its KV caches (options.kv_cache on the model's device; decoders/buffers.py): buffers hold
+    """How this run keeps its KV caches (options.kv_cache on the model's device; decoders/runtime/buffers.py): buffers hold
     the prompt and max_new_tokens, plus what each model writes beyond them."""
     device = next(model.parameters()).device
     kind = buffers.resolve(options.kv_cache, device, options.cuda_graphs)
@@ -205,7 +205,7 @@ def draft_for(options: DecodeOptions) -> str | None:
         return None
     if options.draft_model:
         return options.draft_model
-    from . import models  # the registry knows which draft pairs with which target
+    from .runtime import models  # the registry knows which draft pairs with which target
 
     field = "cross_draft" if own_tokenizer(options) else "default_draft"
     entry = models.REGISTRY.get(options.model)
@@ -222,7 +222,7 @@ def own_tokenizer(options: DecodeOptions) -> bool:
 
 
 def _load(name: str, options: DecodeOptions, quant: str | None = None, progress=None) -> LanguageModel:
-    from . import models
+    from .runtime import models
 
     return models.load_model(name, dtype=options.dtype, device=options.device, quant=quant, progress=progress)
 
@@ -230,8 +230,9 @@ def _load(name: str, options: DecodeOptions, quant: str | None = None, progress=
 def load_draft(name: str, options: DecodeOptions, progress=None) -> LanguageModel:
     """The draft, int8 where decoders/quantize.py says it pays (float32 CPU runs only: a bf16 run keeps its draft).
     The one way a draft is loaded for these options: the API, the CLI, bench and the app all come through here, so
-    every one of them races the same draft. progress: decoders.models' loading callback."""
-    from . import models, quantize
+    every one of them races the same draft. progress: decoders.runtime.models' loading callback."""
+    from . import quantize
+    from .runtime import models
 
     device = models.resolve_device(options.device)
     if models.resolve_dtype(options.dtype, device) != torch.float32:
@@ -241,7 +242,7 @@ def load_draft(name: str, options: DecodeOptions, progress=None) -> LanguageMode
 
 
 def _hold(model: LanguageModel):
-    from . import models
+    from .runtime import models
 
     return models.hold(model)
 
@@ -251,7 +252,7 @@ def check_draft_before_loading(options: DecodeOptions, target: LanguageModel | N
     name = draft_for(options)
     if name is None:
         return
-    from . import models
+    from .runtime import models
 
     if own_tokenizer(options):  # another tokenizer is the point; the drafter checks both spell text when built
         return
@@ -270,7 +271,7 @@ def _check_pair(target: LanguageModel, draft: LanguageModel, own_tokenizer: bool
 
 def _check_one_vocabulary(target: LanguageModel, draft: LanguageModel) -> None:
     if getattr(target, "tokenizer", None) is not None and getattr(draft, "tokenizer", None) is not None:
-        from . import models
+        from .runtime import models
 
         models.check_tokenizers_compatible(target, draft)
     if target.model.config.vocab_size != draft.model.config.vocab_size:
@@ -306,7 +307,7 @@ def precision_note(dtype: torch.dtype, kernel_kind: str = kernels.STOCK, device_
                 "a compared run names any such rounding flip).")
         if kernel_kind == kernels.PACKED and device_type == "cuda":
             note += (" On this GPU fewer, bigger kernels stand in for transformers' modules (fused RMSNorm, q/k/v "
-                     "and gate/up as one matmul each: decoders/fused.py): the same float32 math in another summation "
+                     "and gate/up as one matmul each: decoders/runtime/fused.py): the same float32 math in another summation "
                      "order, so logits differ from the stock modules by rounding and a near-tie can differ from a "
                      "stock run.")
         elif kernel_kind == kernels.PACKED:

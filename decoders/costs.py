@@ -1,15 +1,18 @@
-"""What verification and drafting cost on this machine: one cost curve per (machine, model, dtype, kernels).
+"""What verification and drafting cost on this machine: one cost curve per (machine, model, dtype, kernels, path).
 
 t(n) = seconds of one forward over n new tokens after a fixed context / seconds of one over 1 token. A chain (the
-causal mask) and a branching tree (the 4-D float mask, decoders/runner.py) take different code paths, so both are
+causal mask) and a branching tree (the 4-D float mask, decoders/runtime/runner.py) take different code paths, so both are
 timed. Each n is timed `repeats` times, interleaved with the other n (a slow moment of a shared machine spreads over
 every n instead of bending one), and the median is kept; the curve is then made non-decreasing by pooling adjacent
 violators (isotonic regression), because a forward over more tokens cannot really cost less: a dip is noise, and a
 controller that trusted it would draft into it.
 
 Measured once and cached in cache_dir()/costs.json under the machine's fingerprint (CPU model and flags, PyTorch
-version, thread count), the model, the dtype and the kernels; `measure(..., refresh=True)` times it again. The draft
-controller (decoders/controller.py), the Race's t(n) panel and bench read it.
+version, thread count), the model, the dtype, the kernels and the path the forwards take (PATHS: the KV cache kind,
+and CUDA graphs or not); `measure(..., refresh=True)` times it again. The draft controller (decoders/controller.py),
+the Race's t(n) panel and bench read it. A run is priced with the curve of its own path: an H200's graph path costs
+t(2-4) = 1.21, t(5-32) = 1.38, t(33-64) = 1.52, far flatter than the eager DynamicCache's, whose curve capped the
+graph runs' drafts at 32 (+ the root = 33, padded to 64).
 
 Each curve records what it was measured under: the load average per core (its 1-minute average when the timing
 ended) and the context length. A controlled run (`for_run`) measures again when the stored curve was taken on a busy
@@ -26,6 +29,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from .model_files import cache_dir
+from .runtime.buffers import BUCKETS
+from .runtime.model_files import cache_dir
 from .tree import DraftTree
 
 CACHE_NAME = "costs.json"
@@ -43,6 +48,12 @@ DEFAULT_REPEATS = 5
 DEFAULT_CONTEXT = 96  # tokens already in the cache when a forward is timed (a short prompt plus some output)
 CONTEXT_SPAN = 4  # a curve serves runs whose prompt is within this factor of the context it was measured at
 BUSY_EXTRA = 0.5  # runnable tasks per core, beyond the measuring threads' own share, that make a measurement "busy"
+# How a run's forwards go (decoders/runtime/buffers.py KVPlan.path): transformers' DynamicCache, static buffers read as views,
+# buffers at fixed padded widths run eagerly, or those replayed as CUDA graphs
+PATHS = ("dynamic", "static", "fixed", "graphs")
+# Paths whose forwards pad to a bucket (decoders/runtime/graphs.py): a forward of n tokens costs its bucket's, so t(n)
+# is a step function, and a run on them measures every bucket (an H200: 32 tokens 1.38 steps, 33 padded to 64 1.57)
+PADDED = ("fixed", "graphs")
 
 
 @dataclass(frozen=True)
@@ -66,14 +77,20 @@ class CostCurve:
     measured_at: str = ""
     load_per_core: float | None = None  # the 1-minute load average per core when the timing ended (None: unknown)
     threads: int | None = None  # PyTorch threads the timing ran on (its own share of that load)
+    path: str = "dynamic"  # the forwards' path it was timed on (PATHS); curves stored before paths were eager
 
     def busy(self) -> bool:
         """Measured while other work competed for the cores (unknown load: treated as busy, i.e. worth redoing)."""
         return self.load_per_core is None or is_busy(self.load_per_core, self.threads or 1)
 
     def t(self, n: int, tree: bool = False) -> float:
-        """t(n)/t(1), linear between measured n and along the last segment beyond the largest."""
-        return interpolate(self.tree if tree else self.chain, n)
+        """t(n)/t(1), linear between measured n and along the last segment beyond the largest; on a padded path
+        (PADDED) that of the first measured n' >= n, which runs at the same bucket (every bucket is measured)."""
+        curve = self.tree if tree else self.chain
+        wider = [m for m in curve if m >= n]
+        if self.path in PADDED and wider:
+            return curve[min(wider)]
+        return interpolate(curve, n)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -139,16 +156,21 @@ def branching_tree(pending: int, n: int, vocab: int) -> DraftTree:
 
 @torch.inference_mode()
 def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
-                  context_tokens: int = DEFAULT_CONTEXT, trees: bool = True) -> dict:
+                  context_tokens: int = DEFAULT_CONTEXT, trees: bool = True, path: str = "dynamic") -> dict:
     """Median seconds per n for chain (and, with `trees`, tree-mask) forwards and for a last-logits one-token step,
-    interleaved."""
-    from .runner import CachedModel
+    interleaved, on `path` (PATHS) as a run on it pays them (with graphs: padded to the bucket a run pads to)."""
+    from .runtime.buffers import KVPlan
+    from .runtime.runner import CachedModel
 
     if max(ns) > context_tokens:
         raise ValueError(f"timing forwards of up to {max(ns)} tokens needs a context of at least that many")
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     vocab = model.config.vocab_size
     context = [(17 * i + 3) % vocab for i in range(context_tokens)]
-    runner = CachedModel(model)
+    kind = "fixed" if path == "graphs" else path
+    runner = CachedModel(model, KVPlan(kind, committed=context_tokens + max(ns), graphs=path == "graphs"),
+                         widest=max(ns))
     runner.forward(context, last_only=True)
     samples = {"chain": {n: [] for n in ns}, "tree": {n: [] for n in ns}, "step": {1: []}}
 
@@ -175,10 +197,11 @@ def time_forwards(model: torch.nn.Module, ns=DEFAULT_NS, repeats: int = DEFAULT_
 
 
 def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REPEATS,
-            context_tokens: int = DEFAULT_CONTEXT) -> CostCurve:
-    """The cost curve of a loaded model (decoders.models.LoadedModel or any object with .name and .model); read
-    from the cache unless refresh or never measured for this (machine, model, dtype, kernels) at about this context."""
-    key = _key_of(lm)
+            context_tokens: int = DEFAULT_CONTEXT, path: str = "dynamic") -> CostCurve:
+    """The cost curve of a loaded model (decoders.runtime.models.LoadedModel or any object with .name and .model); read
+    from the cache unless refresh or never measured for this (machine, model, dtype, kernels, path) at about this
+    context."""
+    key = _key_of(lm, path)
     if not refresh:
         known = _best(_read(), key, min_points=len(ns), context_tokens=context_tokens)
         if known is not None:
@@ -186,10 +209,13 @@ def measure(lm, refresh: bool = False, ns=DEFAULT_NS, repeats: int = DEFAULT_REP
     return _time_and_store(lm, key, ns, repeats, context_tokens)
 
 
-def for_run(lm, prompt_tokens: int, ns=QUICK_NS) -> tuple[CostCurve, dict]:
-    """The curve a controlled run weighs, measured again when the stored one was taken on a busy machine and this
-    one is quiet now, or at a very different context; and what the trace says about it (totals["cost_curve"])."""
-    key = _key_of(lm)
+def for_run(lm, prompt_tokens: int, ns=QUICK_NS, path: str = "dynamic") -> tuple[CostCurve, dict]:
+    """The curve a controlled run on `path` (PATHS) weighs, measured again when the stored one was taken on a busy
+    machine and this one is quiet now, or at a very different context; and what the trace says about it
+    (totals["cost_curve"])."""
+    key = _key_of(lm, path)
+    if path in PADDED:
+        ns = tuple(sorted(set(ns) | set(BUCKETS)))
     context = run_context(prompt_tokens, max(ns), getattr(lm, "context_length", None))
     stored = _best(_read(), key, min_points=len(ns), context_tokens=context)
     now = load_per_core()  # the run's threads are idle while it picks its curve
@@ -208,7 +234,8 @@ def describe_use(curve: CostCurve, remeasured: bool, why: str) -> dict:
     """trace.totals["cost_curve"]: which curve a run weighed (keys the app's Race sentences read; keep the names)."""
     return {"measured_at": curve.measured_at, "age_seconds": _age_seconds(curve.measured_at),
             "load_per_core": curve.load_per_core, "context_tokens": curve.context_tokens, "remeasured": remeasured,
-            "machine": curve.machine, "busy": curve.busy(), "why": why, "t": {str(n): v for n, v in curve.chain.items()}}
+            "machine": curve.machine, "busy": curve.busy(), "why": why, "path": curve.path,
+            "t": {str(n): v for n, v in curve.chain.items()}}
 
 
 def run_context(prompt_tokens: int, longest: int, model_context: int | None = None) -> int:
@@ -237,9 +264,9 @@ def load_per_core() -> float | None:
 def _time_and_store(lm, key: str, ns, repeats: int, context_tokens: int) -> CostCurve:
     model = lm.model
     device = next(model.parameters()).device
-    timings = time_forwards(model, ns, repeats, context_tokens=context_tokens)
+    _, _, dtype, kernel_kind, path = key.split("|")
+    timings = time_forwards(model, ns, repeats, context_tokens=context_tokens, path=path)
     chain, tree_seconds = timings["chain"], timings["tree"]  # tree[n]: a root and n - 1 drafts that branch
-    _, _, dtype, kernel_kind = key.split("|")
     curve = CostCurve(model=lm.name, dtype=dtype, kernels=kernel_kind, machine=machine_description(device),
                       ns=tuple(ns), step_seconds=chain[1], draft_step_seconds=timings["step"][1],
                       chain=smooth(chain), tree=smooth(tree_seconds),
@@ -247,17 +274,17 @@ def _time_and_store(lm, key: str, ns, repeats: int, context_tokens: int) -> Cost
                       raw_tree={n: s / chain[1] for n, s in tree_seconds.items()},
                       spread=timings["spread"], repeats=repeats, context_tokens=context_tokens,
                       measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      load_per_core=load_per_core(), threads=torch.get_num_threads())
+                      load_per_core=load_per_core(), threads=torch.get_num_threads(), path=path)
     _write(f"{key}|{len(ns)}x{repeats}|{context_tokens}", curve.to_dict())
     return curve
 
 
-def _key_of(lm) -> str:
-    from . import kernels
+def _key_of(lm, path: str = "dynamic") -> str:
+    from .runtime import kernels
 
     model = lm.model
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return cache_key(lm.name, dtype, kernels.kernels_of(model), next(model.parameters()).device)
+    return cache_key(lm.name, dtype, kernels.kernels_of(model), next(model.parameters()).device, path)
 
 
 def _age_seconds(measured_at: str) -> float | None:
@@ -268,14 +295,15 @@ def _age_seconds(measured_at: str) -> float | None:
     return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
 
 
-def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: str = "cpu") -> CostCurve | None:
+def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: str = "cpu",
+           path: str = "dynamic") -> CostCurve | None:
     """A curve measured earlier on this machine, without loading or timing anything (None if never measured)."""
-    from . import kernels
+    from .runtime import kernels
 
     kinds = [kernel_kind] if kernel_kind else [kernels.PACKED, kernels.STOCK]  # packed: how the loader runs float32
     stored = _read()
     for kind in kinds:
-        found = _best(stored, cache_key(model_name, dtype, kind, torch.device(device)))
+        found = _best(stored, cache_key(model_name, dtype, kind, torch.device(device), path))
         if found is not None:
             return found
     return None
@@ -284,11 +312,20 @@ def cached(model_name: str, dtype: str, kernel_kind: str | None = None, device: 
 def _best(stored: dict, key: str, min_points: int = 1, context_tokens: int | None = None) -> CostCurve | None:
     """The most detailed curve stored under this (machine, model, dtype, kernels), if it has enough points (and was
     measured within CONTEXT_SPAN of `context_tokens`): a quiet one first, then the most points, then the newest."""
-    curves = [CostCurve.from_dict(data) for name, data in stored.items() if name.split("|")[:4] == key.split("|")]
+    curves = [CostCurve.from_dict(data) for name, data in stored.items() if _stored_under(name) == key.split("|")]
     curves = [curve for curve in curves if len(curve.ns) >= min_points and (
         context_tokens is None or _near(curve.context_tokens, context_tokens))]
     return max(curves, key=lambda curve: (not curve.busy(), len(curve.ns), curve.repeats, curve.measured_at),
                default=None)
+
+
+def _stored_under(name: str) -> list[str]:
+    """A stored curve's (machine, model, dtype, kernels, path); names written before paths were keyed end in the
+    repeats ("6x5"), and were timed on the DynamicCache."""
+    parts = name.split("|")
+    if len(parts) < 5 or re.fullmatch(r"\d+x\d+", parts[4]):
+        return parts[:4] + ["dynamic"]
+    return parts[:5]
 
 
 def _near(measured: int, wanted: int) -> bool:
@@ -309,22 +346,22 @@ def format_speedup(model_name: str, dtype: str) -> float | None:
 def machine_description(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, PyTorch {torch.__version__}"
-    from .dtype_choice import read_cpu_features
+    from .runtime.dtype_choice import read_cpu_features
 
     cpu = read_cpu_features()
     return f"{cpu.model_name}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, PyTorch {torch.__version__}"
 
 
-def cache_key(model_name: str, dtype: str, kernel_kind: str, device: torch.device) -> str:
+def cache_key(model_name: str, dtype: str, kernel_kind: str, device: torch.device, path: str = "dynamic") -> str:
     if device.type == "cuda":
         machine = torch.cuda.get_device_name(device)
     else:
-        from .dtype_choice import read_cpu_features
+        from .runtime.dtype_choice import read_cpu_features
 
         cpu = read_cpu_features()
         machine = json.dumps([cpu.model_name, sorted(cpu.flags)])
     fingerprint = hashlib.sha256(json.dumps([machine, torch.__version__, torch.get_num_threads()]).encode())
-    return f"{fingerprint.hexdigest()[:12]}|{model_name}|{dtype}|{kernel_kind}"
+    return f"{fingerprint.hexdigest()[:12]}|{model_name}|{dtype}|{kernel_kind}|{path}"
 
 
 def _path() -> Path:

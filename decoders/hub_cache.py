@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from .model_files import COMPLETE_MARKER, ModelError, converted_dir, is_complete_dir
+from .runtime.model_files import COMPLETE_MARKER, ModelError, converted_dir, is_complete_dir
 
 Progress = Callable[[str], None]
 
@@ -37,7 +37,7 @@ def is_written(hf_home: Path, hub_id: str) -> bool:
 
 
 def all_names() -> list[str]:
-    from .models import REGISTRY
+    from .runtime.models import REGISTRY
     from .whisper.models import WHISPER_REGISTRY
 
     return list(REGISTRY) + list(WHISPER_REGISTRY)
@@ -46,7 +46,7 @@ def all_names() -> list[str]:
 def write_hub_cache(hf_home: Path, names: list[str] | None = None, say: Progress = print) -> list[str]:
     """Write each named registry model (default: all) as its hub repo under hf_home; returns the hub ids written.
     A repo already complete there is left as it is."""
-    from .models import REGISTRY
+    from .runtime.models import REGISTRY
     from .whisper.models import WHISPER_REGISTRY
 
     written = []
@@ -93,7 +93,7 @@ def _commit_of(folder: Path) -> str:
 def _language_model(name: str, folder: Path, say: Progress) -> None:
     source = converted_dir(name, "float32")
     if not is_complete_dir(source):  # the first load converts the GGUF (a minute for the Qwen target)
-        from .models import load_model, unload_all
+        from .runtime.models import load_model, unload_all
 
         load_model(name, dtype="float32", device="cpu", progress=say)
         unload_all()

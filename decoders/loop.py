@@ -17,7 +17,7 @@ from .drafters import Drafter
 from .readout import read_round
 from .recorder import TraceBuilder
 from .rules import DraftRule
-from .runner import CachedModel
+from .runtime.runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
 from .verify import verify
@@ -74,14 +74,24 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         else:
             stop_reason = "max_new_tokens"
     finally:
-        builder.trace.decode_seconds = clock.total()
-        builder.finish(stop_reason)
-        # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
-        builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
-        builder.trace.totals.update(drafter.summary())
-        builder.trace.runtime = runtime(target, drafter)
-        drafter.close()
-        target.release()
+        try:
+            _finish(builder, clock, stop_reason, target, drafter)
+        finally:  # each release runs even when what came before it raised (a later error has the earlier as context)
+            try:
+                drafter.close()
+            finally:
+                target.release()
+
+
+def _finish(builder: TraceBuilder, clock: DecodeClock, stop_reason: str, target: CachedModel,
+            drafter: Drafter) -> None:
+    """The trace's last figures: decode time, stop reason, KV peaks, the drafter's summary, the runtime."""
+    builder.trace.decode_seconds = clock.total()
+    builder.finish(stop_reason)
+    # Each cache's own peak, added: an upper bound on what both held at once (they peak at different moments).
+    builder.trace.totals["peak_kv_bytes"] = target.peak_bytes + drafter.kv_peak_bytes()
+    builder.trace.totals.update(drafter.summary())
+    builder.trace.runtime = runtime(target, drafter)
 
 
 def runtime(target: CachedModel, drafter: Drafter) -> dict:

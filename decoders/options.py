@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import registry
-from .buffers import KV_CACHES
+from .runtime.buffers import KV_CACHES
 from .errors import OptionsError
 from .registry import Family
 
@@ -54,12 +54,12 @@ class DecodeOptions:
     top_p: float = 1.0  # 1.0 = off
     seed: int = 0
     record: bool = True  # False: keep counters only (for measuring the recording's cost); tokens are identical
-    dtype: str = "auto"  # "auto" picks by device (see decoders/models.py)
+    dtype: str = "auto"  # "auto" picks by device (see decoders/runtime/models.py)
     device: str = "auto"
     kv_cache: str = "auto"  # "dynamic" (transformers' DynamicCache), "static" (one preallocated buffer per model, read
     #                         as growing views), "fixed" (the buffer read whole at bucketed widths: what CUDA graphs
-    #                         replay), "auto" (dynamic, or fixed when cuda_graphs asks for it): decoders/buffers.py
-    cuda_graphs: bool = False  # replay the fixed-shape forwards as captured CUDA graphs (a GPU only; decoders/graphs.py)
+    #                         replay), "auto" (dynamic, or fixed when cuda_graphs asks for it): decoders/runtime/buffers.py
+    cuda_graphs: bool = False  # replay the fixed-shape forwards as captured CUDA graphs (a GPU only; decoders/runtime/graphs.py)
     chat: bool = True  # apply the model's chat template to the prompt
     width: int = 8  # beam methods: beams kept (DSBD: W, the draft draws per layer and the widest layer)
     min_width: int = 1  # DSBD: narrowest layer (K_min)

@@ -8,7 +8,8 @@ the float32 one (decoders/costs.py, cached per machine); "int8" and "none" force
 """
 from __future__ import annotations
 
-from . import costs, kernels
+from . import costs
+from .runtime import kernels
 
 MARGIN = 1.1  # int8 must be at least this much faster per draft step to be chosen (timing noise is ~5-10 %)
 

@@ -3,7 +3,7 @@
 On a GPU every .tolist() or float() of a device tensor waits for the device and copies a few bytes; greedy
 verification and the recorder used to make several such reads per round (the argmax, the committed rows' top-2, one
 probability per drafted node). Here they are computed on the device and copied to the host together, once per
-round, after the verification forward (a replayed CUDA graph's outputs, decoders/graphs.py, or an eager forward's):
+round, after the verification forward (a replayed CUDA graph's outputs, decoders/runtime/graphs.py, or an eager forward's):
   argmax  (N+1,)    the target's choice after every node (greedy verification walks it, decoders/verify.py)
   top     (N+1, k)  the k = TOP_LOGITS best [id, logit] of every row (the trace's TokenRecord.top: where the baseline
                     chose another token, this run's logit for it is usually on record, decoders/compare.py)

@@ -15,12 +15,12 @@ from .drafters import (CrossTokenizerDrafter, DraftModelDrafter, Drafter, Dynami
                        LayerSkipDrafter, NoDraft, PromptLookupDrafter, STATIC_TREE, TreeShape)
 from .drafters.suffix import Settings as SuffixSettings, SuffixDrafter
 from .errors import OptionsError
-from .residency import model_bytes
+from .runtime.residency import model_bytes
 from .selfdraft import spec as selfdraft_spec
 from .rules import AdaEDLRule, DraftRule, HeuristicRule, LambdaSchedule, MaxConfidenceRule, StaticRule
 
 if TYPE_CHECKING:
-    from .runner import CachedModel
+    from .runtime.runner import CachedModel
 
 # A run's decoders.options.DecodeOptions. Not imported, not even for types: options.py validates against these
 # tables, so the dependency runs one way (options -> registry) and tests/test_import_graph.py keeps it so.
@@ -41,7 +41,7 @@ class BuildContext:
     """What a drafter may be built from: the run's options, the cached target, and the loaded models."""
 
     options: Options
-    runner: "CachedModel"  # the target with its KV cache (decoders/runner.py)
+    runner: "CachedModel"  # the target with its KV cache (decoders/runtime/runner.py)
     target: object  # the loaded target (decoders.api.LanguageModel)
     draft: object | None  # the loaded draft model, when uses_draft_model(options)
     store: object | None = None  # the caller's store of earlier outputs (suffix decoding: drafters/suffix.py)
@@ -146,7 +146,7 @@ def _size_ratio(ctx: BuildContext) -> float:
 def _layers_kept(ctx: BuildContext) -> float:
     """Layer skip runs the target's stem without the skipped layers: roughly that share of a target step."""
     from .drafters import default_skip_layers
-    from .runner import decoder_layers
+    from .runtime.runner import decoder_layers
 
     total = len(decoder_layers(ctx.runner.model))
     skipped = ctx.options.skip_layers or default_skip_layers(total)
@@ -296,7 +296,7 @@ def run_costs(ctx: BuildContext, prompt_tokens: int = 0) -> "RunCosts | None":
         return None
     from . import costs
 
-    curve, used = costs.for_run(ctx.target, prompt_tokens)
+    curve, used = costs.for_run(ctx.target, prompt_tokens, path=ctx.runner.plan.path)  # priced on the run's own path
     spec = drafter(ctx.options.drafter)
     return RunCosts(t=lambda n: curve.t(n, tree=is_tree(ctx.options)), c=spec.cost_prior(ctx), curve=curve,
                     verify_share=spec.verify_share(ctx), used=used)

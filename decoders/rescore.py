@@ -8,7 +8,7 @@ below any float32 or bfloat16 disagreement).
 Memory: a float64 copy of the whole target would cost twice its float32 weights (Qwen2.5-Coder-1.5B: 12 GB beside
 its 6 GB copy), so the forward runs one decoder layer at a time, each cast to float64 on the fly and dropped after
 use; the LM head is applied in row chunks. The peak is one layer in float64 (Qwen 1.5B: ~0.4 GB) plus one chunk of
-the head. Packed weights (decoders/kernels.py) are read back dense; int8 ones dequantized (what that model computes
+the head. Packed weights (decoders/runtime/kernels.py) are read back dense; int8 ones dequantized (what that model computes
 with). The loaded model itself is never modified, so a run may use it at the same time.
 
 It also times nothing and needs no cache: one forward over the prefix, no KV kept.
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import fused, kernels
-from .runner import decoder_layers
+from .runtime import fused, kernels
+from .runtime.runner import decoder_layers
 from .selfdraft.stem import Rotary, causal_mask
 
 HEAD_CHUNK = 8192  # LM-head rows cast to float64 at a time (8192 x 1536 x 8 bytes = 100 MB for Qwen 1.5B)

@@ -29,9 +29,9 @@ Trace
                              and the tolerance, and the reason (Comparison in decoders/compare.py)
   runtime         dict | None  how the run executed (absent in older traces): machine (CPU or GPU, PyTorch), device,
                              and per model ("target", "draft" when the drafter has a runner of its own): kv_cache
-                             ("dynamic" | "static" | "fixed", decoders/buffers.py), capacity (buffer slots per
+                             ("dynamic" | "static" | "fixed", decoders/runtime/buffers.py), capacity (buffer slots per
                              layer, None for dynamic), and for "fixed" the forwards that replayed a CUDA graph
-                             ("graph") or ran eagerly ("eager") and the padded widths used (decoders/graphs.py).
+                             ("graph") or ran eagerly ("eager") and the padded widths used (decoders/runtime/graphs.py).
                              Every other forward (an EAGLE head, early exit's layers, a prophet, a draft tree's
                              frontiers) runs eagerly.
 

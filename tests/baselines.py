@@ -7,7 +7,8 @@ for another model while its entry lives.
 """
 from __future__ import annotations
 
-from decoders import DecodeOptions, generate, kernels
+from decoders import DecodeOptions, generate
+from decoders.runtime import kernels
 
 _RUNS: dict[tuple, tuple[object, list[int], bool]] = {}  # key -> (model, ids, ended at EOS)
 

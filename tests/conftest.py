@@ -1,4 +1,4 @@
-"""Shared fixtures. Tiny random-init models come from tests/tiny.py; real weights from decoders.models."""
+"""Shared fixtures. Tiny random-init models come from tests/tiny.py; real weights from decoders.runtime.models."""
 from __future__ import annotations
 
 import gc
@@ -43,10 +43,10 @@ def drafts(tiny):
 
 @pytest.fixture
 def private_residency():
-    """A model residency of the test's own (decoders/residency.py), for tests that call models.unload_all() directly
+    """A model residency of the test's own (decoders/runtime/residency.py), for tests that call models.unload_all() directly
     or through bench's free_models: they clear this one instead of evicting the real models the other tests share
     (each eviction cost the next real-weight test a reload). The memory budget a test sets is undone too."""
-    from decoders import models, residency
+    from decoders.runtime import models, residency
 
     private = residency.Residency()
     with pytest.MonkeyPatch.context() as patch:

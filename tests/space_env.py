@@ -25,7 +25,7 @@ START_SECONDS = 600  # app.py on a busy 2-core machine: imports, the page's figu
 
 
 def _cache() -> Path:
-    from decoders.model_files import cache_dir
+    from decoders.runtime.model_files import cache_dir
 
     return cache_dir()
 

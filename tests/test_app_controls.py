@@ -13,7 +13,7 @@ from app.tabs.generate.controls import (DEFAULT_DRAFT, DEPENDENT, EXAMPLE_CONTRO
                           control_states, example_row, example_states, lam_for, opening_value)
 from app.tabs.generate.layout import example_prompts
 from decoders.api import draft_for
-from decoders.models import REGISTRY
+from decoders.runtime.models import REGISTRY
 from decoders.options import DRAFTERS, METHODS, RULES, TREE_DRAFTERS, DecodeOptions, OptionsError, fields_in_use
 from decoders.registry import build_rule
 

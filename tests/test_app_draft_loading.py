@@ -6,7 +6,8 @@ import pytest
 
 from app.figures.race import draft_description, method_cell, race_table_html
 from app.shared import loading
-from decoders import api, kernels
+from decoders import api
+from decoders.runtime import kernels
 from decoders.options import DecodeOptions
 
 

@@ -97,7 +97,7 @@ def test_controls_that_do_not_apply_are_ignored():
 
 
 def test_model_that_fails_to_load():
-    pytest.importorskip("decoders.models")
+    pytest.importorskip("decoders.runtime.models")
     error = assert_error(run_all(model="no-such-model"))
     assert "no-such-model" in error
 
@@ -122,7 +122,7 @@ def test_good_run_streams_and_offers_the_trace(tiny_models):
 @pytest.fixture
 def released(monkeypatch):
     """Counts CachedModel.release calls: the loop's `finally` frees the KV caches through it."""
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     calls = []
     original = CachedModel.release
@@ -358,8 +358,8 @@ def test_race_times_each_method_several_times_and_shows_the_median_and_range(tin
 
 
 def test_model_loading_progress_is_forwarded(monkeypatch):
-    """decoders.models.load_model reports progress as strings; the handler turns them into a moving bar."""
-    models = pytest.importorskip("decoders.models")
+    """decoders.runtime.models.load_model reports progress as strings; the handler turns them into a moving bar."""
+    models = pytest.importorskip("decoders.runtime.models")
     seen = []
 
     def fake_load_model(name, dtype="auto", device="auto", progress=None):
@@ -377,7 +377,7 @@ def test_model_loading_progress_is_forwarded(monkeypatch):
 
 
 def test_a_loader_fraction_wins_over_the_phase_table(monkeypatch):
-    models = pytest.importorskip("decoders.models")
+    models = pytest.importorskip("decoders.runtime.models")
     seen = []
     monkeypatch.setattr(models, "load_model", lambda name, dtype, device, progress: progress(0.42, "converting"))
     loading.load("smollm2-135m", handlers.options_from({}), lambda fraction, message: seen.append(fraction))
@@ -397,8 +397,8 @@ def test_finished_runs_say_which_dtype_and_why(tiny_models, monkeypatch):
     """Generate's status and the Race's say the dtype a run used, and for dtype auto the loader's reason."""
     import torch
 
-    models = pytest.importorskip("decoders.models")
-    from decoders.dtype_choice import DtypeDecision
+    models = pytest.importorskip("decoders.runtime.models")
+    from decoders.runtime.dtype_choice import DtypeDecision
 
     monkeypatch.setattr(models, "dtype_decision", lambda device="auto": DtypeDecision(torch.float32, "a test said so"))
     final = run_all(dtype="auto", max_new_tokens=6)[-1]

@@ -30,7 +30,7 @@ def slow_tiny():
 @pytest.fixture(scope="module")
 def released():
     """Every CachedModel.release call (the decoder's `finally` frees its KV caches through it)."""
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     calls = []
     original = CachedModel.release

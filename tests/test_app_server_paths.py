@@ -73,7 +73,7 @@ def in_thread(fn, seconds: float):
 # ---- 35.1: a long prompt ----------------------------------------------------------------------------------------
 
 def test_a_long_prompt_says_how_far_it_has_been_read(tiny_models, monkeypatch):
-    from decoders import runner
+    from decoders.runtime import runner
 
     monkeypatch.setattr(runner, "PREFILL_CHUNK", 32)
     statuses = [r.get("status", "") for r in run_all(prompt=LONG_PROMPT, method="speculative", rule="static",
@@ -86,7 +86,7 @@ def test_a_long_prompt_says_how_far_it_has_been_read(tiny_models, monkeypatch):
 
 
 def test_stop_while_the_prompt_is_read_ends_within_a_chunk(tiny_models, monkeypatch):
-    from decoders import runner
+    from decoders.runtime import runner
 
     monkeypatch.setattr(runner, "PREFILL_CHUNK", 16)
     forwards = []
@@ -138,7 +138,7 @@ def test_the_cap_setting(monkeypatch):
 # ---- 35.2: the Race stops -----------------------------------------------------------------------------------------
 
 def test_the_race_stops_inside_a_timed_run_and_keeps_what_finished(tiny_models, monkeypatch):
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     released, slowed = [], threading.Event()
     real_release, real_forward = CachedModel.release, CachedModel.forward_tree
@@ -203,7 +203,7 @@ def test_an_unreachable_hub_is_known_in_seconds(tmp_path):
     from pathlib import Path
 
     script = ("import time\n"
-              "from decoders.models import ModelError, load_model\n"
+              "from decoders.runtime.models import ModelError, load_model\n"
               "start = time.monotonic()\n"
               "try:\n"
               "    load_model('nobody-here/no-such-model')\n"

@@ -366,7 +366,7 @@ def test_batched_sampling_matches_the_target_distribution(tiny, drafts, monkeypa
 
 @pytest.mark.parametrize("name", ["draft-model", "draft-model-adaedl"])
 def test_an_int8_draft_samples_each_row_as_it_would_alone(tiny, drafts, name):
-    """Issue 33 item 3: an int8 draft's activations are quantized per token (decoders/kernels.py Int8Linear), so a
+    """Issue 33 item 3: an int8 draft's activations are quantized per token (decoders/runtime/kernels.py Int8Linear), so a
     row's q does not depend on the other rows or the pad slots. With fbgemm's per-call activation range (one scale
     over every row and pad of the batch) the sampled rows drift from their single runs."""
     from test_quantize import int8_copy

@@ -65,7 +65,7 @@ def test_beam_search_eos_ends_the_best_candidate_somewhere():
 @pytest.mark.slow
 def test_beam_search_equals_transformers_on_smollm2():
     """Real weights (SmolLM2-135M, float32), one short prompt, width 3, its own EOS."""
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     lm = load_model("smollm2-135m", dtype="float32")
     prompt = lm.encode_prompt("Name three colours.", chat=True)

@@ -30,7 +30,7 @@ def test_both_families_get_one_draft_per_draft_quant(monkeypatch):
 def test_transformers_decodes_with_the_very_draft_speclab_runs(quant, precision):
     """SmolLM2 drafting for itself: transformers' assisted generation runs the int8 module as well as the float32
     one (it only calls the draft's forward), and its greedy output still equals transformers' greedy."""
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     target = load_model("smollm2-135m", dtype="float32")
     models = {"target": target, "draft": target}

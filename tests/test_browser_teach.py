@@ -18,14 +18,14 @@ LOADS: list[str] = []  # model loads attempted while the page was driven (the le
 @pytest.fixture(scope="module")
 def page(browser, demo_url):
     """The shared demo and Chromium (tests/conftest.py) on a fresh context, with model loading refused: the shared
-    server looks decoders.models.load_model up at each load (app/shared/loading.py), so the patch reaches it."""
-    import decoders.models
+    server looks decoders.runtime.models.load_model up at each load (app/shared/loading.py), so the patch reaches it."""
+    import decoders.runtime.models
 
     with pytest.MonkeyPatch.context() as patch:
         def refuse(name, *args, **kwargs):
             LOADS.append(name)
             raise RuntimeError("the Learn tab must not load a model")
-        patch.setattr(decoders.models, "load_model", refuse)
+        patch.setattr(decoders.runtime.models, "load_model", refuse)
         with new_context(browser, 1280, 1000) as context:
             page = context.new_page()
             page.set_default_timeout(60_000)

@@ -14,8 +14,8 @@ import torch
 from kv_helpers import LENGTH, METHODS, PROMPTS, TREE, drafter_pair, options_for
 
 from decoders import DecodeOptions, OptionsError, generate
-from decoders.buffers import BUCKETS, BufferFull, BufferLayer, KVPlan
-from decoders.runner import CachedModel
+from decoders.runtime.buffers import BUCKETS, BufferFull, BufferLayer, KVPlan
+from decoders.runtime.runner import CachedModel
 from decoders.tree import DraftTree
 
 BUFFERS = ("static", "fixed")
@@ -180,7 +180,8 @@ def test_the_runs_budget_is_exactly_what_a_run_writes(pair, monkeypatch):
     """A chain run's target writes at most prompt + max_new_tokens - 1 slots (the last token is never fed), so a
     buffer of exactly that many finishes the run (its last verification ends on the last slot); one slot fewer fails
     with BufferFull, never a wrong token. ("static": a fixed buffer adds its widest bucket on top.)"""
-    from decoders import api, buffers
+    from decoders import api
+    from decoders.runtime import buffers
 
     prompt = PROMPTS["short"]
     options = options_for("prompt lookup", pair, kv_cache="static")
@@ -216,7 +217,7 @@ def test_options_name_the_cache_kinds_and_refuse_graphs_without_fixed_shapes():
 
 
 def test_auto_keeps_the_dynamic_cache_unless_graphs_ask_for_fixed_shapes(tiny):
-    from decoders.buffers import resolve
+    from decoders.runtime.buffers import resolve
 
     trace = generate(DecodeOptions(max_new_tokens=4), [1, 2, 3], target=tiny)
     assert trace.runtime["target"] == {"kv_cache": "dynamic", "capacity": None}

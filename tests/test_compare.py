@@ -17,7 +17,7 @@ BF16_PROMPTS = PROMPTS + [[k % 64 for k in range(s, s + 9)] for s in range(0, 60
 
 
 def in_bfloat16(lm):
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     half = copy.deepcopy(lm)
     kernels.unpack(half.model)  # a bench test may have packed the session's models; packed weights stay float32
@@ -151,7 +151,7 @@ def test_a_verifier_that_accepts_a_wrong_draft_is_a_mismatch(tiny, drafts, monke
 def test_a_verification_forward_at_wrong_positions_is_a_mismatch_with_its_numbers(tiny, drafts, monkeypatch):
     """A bug that moves the logits (verification forwards at positions 3 too far) keeps the run's own top token, so
     only the exact re-score can tell: the run's logits are far more off than a float32 forward is."""
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     honest = CachedModel.forward_tree
 
@@ -213,7 +213,7 @@ def test_smollm2_bfloat16_flips_read_rounding_with_their_numbers():
     at token 27 (' wheels' for ' a'), and the old classifier called both a bug. Re-scored in float64 the target
     prefers ' wheels' by 0.08 and the baseline's own one-token step was the one that flipped (this CPU, AVX2 bf16).
     Another CPU may round differently and not diverge at all; it must never read "mismatch"."""
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     lm = load_model("smollm2-135m", dtype="bfloat16")
     for drafter in ("prompt-lookup", "layer-skip"):
@@ -252,7 +252,7 @@ def test_the_race_stores_the_verdict_where_the_model_is_and_the_table_renders_it
 def test_the_exact_rescore_is_a_float64_forward_of_the_same_weights(form):
     """decoders/rescore.py runs one layer at a time in float64 without touching the model: it must equal the whole
     model cast to float64 (packed weights read back dense, int8 ones dequantized), and leave the model as it was."""
-    from decoders import kernels
+    from decoders.runtime import kernels
     from decoders.rescore import exact_logits, rescore
     from tiny import tiny_qwen2
 
@@ -299,7 +299,7 @@ def _float64_norms(model):
 
 def _dequantized(reference, quantized):
     """The float model with each linear's weight replaced by the int8 one it was quantized to."""
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     int8 = {name: kernels.int8_weight(m) for name, m in quantized.named_modules() if kernels.is_int8(m)}
     with torch.no_grad():
@@ -343,7 +343,7 @@ def test_a_baseline_that_commits_a_token_its_forward_did_not_rank_first_is_a_mis
 
 
 def _with_scaled_norms(model):
-    from decoders import fused
+    from decoders.runtime import fused
 
     class Scaled(fused.FusedRMSNorm):
         def forward(self, x):

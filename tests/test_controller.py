@@ -284,7 +284,8 @@ def test_the_draft_cost_prior_counts_the_weights_a_step_reads_packed_or_int8():
     dearer than the target."""
     import copy
 
-    from decoders import kernels, registry
+    from decoders import registry
+    from decoders.runtime import kernels
     from tiny import tiny_llama
 
     target = tiny_llama(layers=4)

@@ -102,6 +102,53 @@ def test_a_curve_serves_contexts_within_a_factor_of_four():
     assert costs._near(96, 384) and not costs._near(96, 1024) and costs._near(1024, 1000)
     old = {"x|m|float32|stock|6x5": costs.CostCurve("m", "float32", "stock", "cpu", (1, 2), 0.1, 0.1,
                                                       {1: 1.0, 2: 1.1}, {1: 1.0, 2: 1.2}).to_dict()}
-    assert costs._best(old, "x|m|float32|stock", context_tokens=1024) is None  # measured at 96: too far
-    unknown = costs._best(old, "x|m|float32|stock", context_tokens=100)
+    assert costs._best(old, "x|m|float32|stock|dynamic", context_tokens=1024) is None  # measured at 96: too far
+    unknown = costs._best(old, "x|m|float32|stock|dynamic", context_tokens=100)
     assert unknown is not None and unknown.load_per_core is None and unknown.busy()  # an old curve: load unknown
+
+
+def test_a_graph_run_and_an_eager_run_are_priced_by_the_curves_of_their_own_paths(tiny, cache, monkeypatch):
+    """The controller of a run replaying CUDA graphs weighs a curve timed on the graph path (padded to the buckets
+    the run pads to), not the eager DynamicCache's: on an H200 they differ by far (decoders/costs.py). CUDA graphs
+    are stood in for on the CPU as in tests/test_graphs.py (a replay runs the captured forward again)."""
+    from dataclasses import replace
+
+    from decoders import DecodeOptions, generate
+    from decoders.runtime import buffers, graphs
+
+    class Rerun:
+        def __init__(self, forward, outputs):
+            self.forward, self.outputs = forward, outputs
+
+        def replay(self):
+            logits, states = self.forward()
+            self.outputs[0].copy_(logits)
+
+    monkeypatch.setattr(graphs, "capture", lambda forward, pool=None: (Rerun(forward, forward()), forward(), pool))
+    monkeypatch.setattr(buffers, "check_graphs", lambda graphs, device: None)
+    eager = DecodeOptions(method="speculative", drafter="prompt-lookup", controller="cost", max_new_tokens=6)
+    used = {}
+    for options in (eager, replace(eager, kv_cache="fixed", cuda_graphs=True)):
+        trace = generate(options, [4, 5, 6, 4, 5, 6, 4, 5], target=tiny)
+        used[trace.runtime["target"]["kv_cache"], options.cuda_graphs] = trace.totals["cost_curve"]
+    assert {key: use["path"] for key, use in used.items()} == {("dynamic", False): "dynamic", ("fixed", True): "graphs"}
+    assert all(use["remeasured"] and use["why"] == "none stored" for use in used.values())  # not the other's curve
+    graph_curve = costs.cached(tiny.name, "float32", "stock", path="graphs")
+    assert graph_curve.path == "graphs" and 64 in graph_curve.ns  # every bucket a padded forward can run at
+    assert costs.cached(tiny.name, "float32", "stock").path == "dynamic"
+
+
+def test_curves_stored_before_paths_were_keyed_read_as_the_eager_path():
+    old = costs.CostCurve("m", "float32", "stock", "cpu", (1, 2), 0.1, 0.1, {1: 1.0, 2: 1.1}, {1: 1.0, 2: 1.2})
+    stored = {"x|m|float32|stock|2x5|96": {k: v for k, v in old.to_dict().items() if k != "path"}}
+    assert costs._best(stored, "x|m|float32|stock|dynamic").path == "dynamic"
+    assert costs._best(stored, "x|m|float32|stock|graphs") is None
+
+
+def test_on_a_padded_path_t_of_n_is_its_buckets_cost():
+    """A forward of 33 tokens on the graph path runs at bucket 64: priced at t(64), not between t(32) and t(48)."""
+    h200 = {1: 1.0, 2: 1.21, 4: 1.21, 8: 1.38, 16: 1.38, 32: 1.38, 64: 1.57}  # shaped like bench/results/gpu-h200.md
+    graphs = costs.CostCurve("m", "float32", "packed", "gpu", tuple(h200), 0.004, 0.004, h200, h200, path="graphs")
+    assert [graphs.t(n) for n in (1, 3, 5, 17, 32, 33, 64)] == [1.0, 1.21, 1.38, 1.38, 1.38, 1.57, 1.57]
+    dynamic = costs.CostCurve("m", "float32", "packed", "gpu", tuple(h200), 0.004, 0.004, h200, h200)
+    assert dynamic.t(33) == pytest.approx(1.38 + 0.19 / 32) and graphs.t(65) == dynamic.t(65)  # beyond: the slope

@@ -294,7 +294,7 @@ def test_a_draft_without_a_tokenizer_gets_a_fix(toys):
 def test_another_vocabulary_is_refused_by_the_draft_model_drafter_but_not_by_this_one(toys):
     other = toys["other"]
     assert other.model.config.vocab_size != toys["target"].model.config.vocab_size
-    from decoders.models import ModelError
+    from decoders.runtime.models import ModelError
 
     with pytest.raises(ModelError, match="drafter 'cross-tokenizer'"):  # the tokenizers differ
         generate(DecodeOptions(method="speculative", max_new_tokens=3), [1, 2], target=toys["target"], draft=other)
@@ -359,7 +359,8 @@ def test_stop_during_the_drafts_prefill_lands_within_one_chunk(toys, monkeypatch
     """The draft reads the prompt in its own tokens in the runner's prefill chunks, as the target does, and the run
     yields between two: closing it there (Stop) reads no further chunk. It used to read the prompt in one forward,
     which nothing could interrupt. The output is unchanged."""
-    from decoders import runner as runner_module, stream
+    from decoders import stream
+    from decoders.runtime import runner as runner_module
 
     chunk = 4
     target, draft = toys["target"], toys["other"]

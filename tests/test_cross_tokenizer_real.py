@@ -16,7 +16,7 @@ CHAT_PROMPT = "Explain in two sentences why the sky is blue."
 
 @pytest.fixture(scope="module")
 def pair():
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -25,7 +25,7 @@ def pair():
 
 
 def test_the_real_tokenizers_spell_text_and_share_tokens():
-    from decoders.models import load_tokenizer
+    from decoders.runtime.models import load_tokenizer
 
     qwen, smol = (retokenize.spelling_of(load_tokenizer(n).tokenizer, n) for n in ("qwen2.5-coder-1.5b",
                                                                                   "smollm2-135m"))
@@ -53,7 +53,7 @@ def test_token_healing_lets_the_draft_indent_after_a_line_break():
     "\n   " + " ...". Reading the text's bare "\n" the draft starts an unindented line (a code fence, here); with
     the "\n" healed its first draft is "\n   ", the indent the target writes next."""
     from decoders.drafters.cross_tokenizer import CrossTokenizerDrafter, _spelling
-    from decoders.models import load_model, load_tokenizer
+    from decoders.runtime.models import load_model, load_tokenizer
     from decoders.rules import StaticRule
     from decoders.sampling import Warp
 

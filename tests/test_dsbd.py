@@ -221,7 +221,7 @@ class _HeldKV:
         self.handles = [m.register_forward_hook(self._after, with_kwargs=True) for m in models]
 
     def _after(self, module, args, kwargs, output):
-        from decoders import cache as kv
+        from decoders.runtime import cache as kv
 
         if kwargs.get("past_key_values") is not None:
             self.caches.add(kwargs["past_key_values"])

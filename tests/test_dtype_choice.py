@@ -1,4 +1,4 @@
-"""dtype="auto" is float32 on every machine (decoders/dtype_choice.py): the format that keeps the promise.
+"""dtype="auto" is float32 on every machine (decoders/runtime/dtype_choice.py): the format that keeps the promise.
 
 The decision is tested with faked features for both kinds of CPU the project runs on (AVX2-only, and one that
 declares native bf16 matmul) and for GPUs; the end-to-end promise (speculative equals the baseline under the default
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoders import dtype_choice, models
-from decoders.dtype_choice import ROUNDING_NOTE, CpuFeatures, decide_cpu, decide_cuda
+from decoders.runtime import dtype_choice, models
+from decoders.runtime.dtype_choice import ROUNDING_NOTE, CpuFeatures, decide_cpu, decide_cuda
 
 AVX2_FLAGS = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma f16c".split())
 AVX2_CPU = CpuFeatures("AMD EPYC (AVX2 only)", AVX2_FLAGS, "AVX2", True)

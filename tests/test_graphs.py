@@ -15,10 +15,10 @@ import torch
 from kv_helpers import METHODS, PROMPTS, drafter_pair, options_for
 
 from decoders import DecodeOptions, generate
-from decoders.buffers import BUCKETS, KVPlan
-from decoders.graphs import bucket, fixed_inputs, pack_inputs
+from decoders.runtime.buffers import BUCKETS, KVPlan
+from decoders.runtime.graphs import bucket, fixed_inputs, pack_inputs
 from decoders.readout import read_round
-from decoders.runner import CachedModel
+from decoders.runtime.runner import CachedModel
 from decoders.sampling import raw_probs
 from decoders.trace import TOP_LOGITS
 from decoders.tree import DraftTree, attention_mask_4d, depths
@@ -116,9 +116,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 @pytest.fixture(scope="module")
 def gpu_pair(tmp_path_factory):
-    """Tiny models on the GPU as load_model leaves a model there: norms fused (decoders/kernels.py; tests/test_cuda.py
+    """Tiny models on the GPU as load_model leaves a model there: norms fused (decoders/runtime/kernels.py; tests/test_cuda.py
     covers the stock modules)."""
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     def to_cuda(lm):
         model = lm.model.to("cuda")
@@ -192,7 +192,7 @@ def emulated_graphs(monkeypatch):
     outputs (a real replay re-runs the captured kernels on the same input and output tensors, and runs no Python).
     What this checks is SpecLab's side: leases, lengths put back after capture and advanced after replay, inputs
     copied into the captured tensor, outputs cloned before the next replay, counts."""
-    from decoders import buffers, graphs
+    from decoders.runtime import buffers, graphs
 
     class Replay:
         def __init__(self, forward, outputs):
@@ -238,7 +238,7 @@ def test_the_graph_path_decodes_what_the_eager_path_decodes(cpu_pair, emulated_g
 
 def test_kept_graphs_are_leased_to_one_runner_at_a_time(tiny, emulated_graphs):
     """A draft model that is the target itself gets buffers of its own, not the target's."""
-    from decoders import graphs
+    from decoders.runtime import graphs
 
     plan = KVPlan("fixed", committed=40, graphs=True)
     first, second = CachedModel(tiny.model, plan), CachedModel(tiny.model, plan)
@@ -247,6 +247,26 @@ def test_kept_graphs_are_leased_to_one_runner_at_a_time(tiny, emulated_graphs):
     third = CachedModel(tiny.model, plan)
     assert third.cache is graphs._KEPT[tiny.model][0].cache and third.fixed.leased
     assert not first.fixed.graphs  # a released runner goes on eagerly, on buffers of its own
+
+
+def test_a_model_with_kept_graphs_is_freed_once_nobody_holds_it(emulated_graphs):
+    """The kept table maps a model to its FixedForwards; a value holding its key would keep the model (and its
+    buffers and graphs) alive for good after the run gave it back and the residency evicted it."""
+    import gc
+    import weakref
+
+    from tiny import tiny_llama
+
+    model = tiny_llama(layers=1, seed=3).model
+    runner = CachedModel(model, KVPlan("fixed", committed=40, graphs=True))
+    for _ in range(3):  # the prefill, then a replayed width: a graph captured and kept
+        runner.forward([1, 2, 3])
+    assert runner.fixed.captured and runner.fixed.leased
+    runner.release()
+    gone = weakref.ref(model)
+    del model, runner
+    gc.collect()
+    assert gone() is None
 
 
 # ---------------------------------------------------------------- padding to the cheapest measured bucket
@@ -273,14 +293,52 @@ def test_a_forward_padded_to_a_wider_cheaper_bucket_gives_the_same_logits(tiny):
     assert padded.length == dynamic.length and 32 in padded.fixed.summary()["widths"]  # 9 nodes ran at 32, not 16
 
 
+def test_greedy_ids_and_widths_do_not_follow_a_processs_own_bucket_timing(emulated_graphs, monkeypatch, tmp_path):
+    """Two processes that time the buckets in opposite orders still pad every forward alike: the first one's table
+    is stored per device, model, dtype and kernels and the second reads it (a model object of its own stands for the
+    second process). Each round here verifies 9 tokens: bucket 16 or 32, whichever the table says is cheaper."""
+    import copy
+
+    from decoders.runtime import graphs
+    from tiny import tiny_llama
+
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
+    flat = {w: 1.0 for w in BUCKETS} | {64: 3.0}
+    orders = [flat | {16: 2.0, 32: 1.5}, flat | {16: 1.5, 32: 2.0}]
+    options = DecodeOptions(method="speculative", rule="static", gamma=8, max_new_tokens=24, kv_cache="fixed",
+                            cuda_graphs=True)
+    source = tiny_llama(layers=2, seed=5)
+    runs = []
+    for timing in orders:
+        monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3, t=timing: dict(t))
+        lm = replace(source, model=copy.deepcopy(source.model))  # no kept graphs, no timing in memory
+        trace = generate(options, [3, 1, 4, 1, 5, 9, 2, 6], target=lm, draft=lm)
+        runs.append((trace.output_ids, trace.runtime["target"]["widths"], trace.runtime["target"]["bucket_ms"]))
+    assert runs[0] == runs[1] and 32 in runs[0][1] and 16 not in runs[0][1]
+
+
+def test_a_timing_that_misses_a_bucket_is_not_stored_and_pads_by_the_smallest(tiny, monkeypatch, tmp_path):
+    from decoders.runtime import graphs
+
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path))
+    forward = CachedModel(tiny.model, KVPlan("fixed", committed=40)).fixed
+    monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3: {1: 1.0, 32: 0.5})
+    assert forward._bucket_table() == {} and not (tmp_path / graphs.BUCKET_TABLES).exists()
+    (tmp_path / graphs.BUCKET_TABLES).write_text("{not json")  # a damaged file: timed again, then stored whole
+    monkeypatch.setattr(graphs.FixedForward, "_time_buckets", lambda self, repeats=3: {w: 1.0 for w in BUCKETS})
+    assert forward._bucket_table() == {w: 1.0 for w in BUCKETS}
+    assert graphs.read_bucket_table(graphs.table_key(tiny.model, BUCKETS)) == {w: 1.0 for w in BUCKETS}
+
+
 def test_kept_graphs_are_matched_to_the_models_kernels():
     import copy
 
-    from decoders import fused, kernels
-    from decoders.graphs import give_back, lease
+    from decoders.runtime import fused, kernels
+    from decoders.runtime.graphs import give_back, lease
     from tiny import tiny_llama
 
     model = copy.deepcopy(tiny_llama(layers=2).model)
+    fused.fuse(model)  # the first fuse moves q/k/v and gate/up into joined weights; later switches keep them
     kernels.use(model, kernels.STOCK)
     first = lease(model, 256, BUCKETS, None)
     give_back(first)
@@ -294,8 +352,57 @@ def test_kept_graphs_are_matched_to_the_models_kernels():
     assert lease(model, 256, BUCKETS, None) is first  # the stock graphs are kept for the stock modules
 
 
+def test_kept_graphs_whose_weights_moved_are_dropped_not_replayed():
+    """A graph reads the addresses it was captured with: after a dtype (or device) move, or the first fuse, the old
+    weights are freed, and a kept forward captured before must not be leased again."""
+    import copy
+
+    from decoders.runtime import fused, graphs
+    from decoders.runtime.graphs import give_back, lease
+    from tiny import tiny_llama
+
+    model = copy.deepcopy(tiny_llama(layers=2).model)
+    before = lease(model, 256, BUCKETS, None)
+    give_back(before)
+    fused.fuse(model)
+    fused.unfuse(model)  # stock kernels again, but q/k/v now view the joined weights: the old ones are gone
+    again = lease(model, 256, BUCKETS, None)
+    assert again is not before and graphs._KEPT[model] == [again]
+    give_back(again)
+    model.to(torch.float64)
+    moved = lease(model, 256, BUCKETS, None)
+    assert moved is not again and graphs._KEPT[model] == [moved]
+    give_back(moved)
+
+
+def test_a_replay_waits_for_the_last_copy_out_of_the_staging_buffer_before_overwriting_it(tiny, emulated_graphs):
+    """On a GPU the packed inputs go from a pinned host buffer asynchronously: the next replay of that width may
+    write the buffer only once the copy finished (its event; here a stand-in that notes what the buffer held)."""
+    runner = CachedModel(tiny.model, KVPlan("fixed", committed=40, graphs=True))
+    seen = []
+
+    class Event:
+        def synchronize(self):
+            seen.append(("wait", captured.host.clone()))
+
+        def record(self):
+            seen.append(("record", captured.host.clone()))
+
+    try:
+        runner.forward([1, 2, 3, 4, 5])  # the prefill; then a width replayed twice
+        runner.forward([6])
+        runner.forward([7])
+        captured = runner.fixed.captured[(1, False)]
+        captured.sent = Event()
+        runner.forward([8])
+        (wait, before), (record, after) = seen
+        assert (wait, record) == ("wait", "record") and before[0] == 7 and after[0] == 8
+    finally:
+        runner.release()
+
+
 def test_the_first_replayable_forward_captures_and_times_every_bucket(tiny, monkeypatch):
-    from decoders import buffers, graphs
+    from decoders.runtime import buffers, graphs
 
     monkeypatch.setattr(graphs, "capture", lambda forward, pool=None: (_Rerun(forward), forward(), pool))
     monkeypatch.setattr(buffers, "check_graphs", lambda graphs, device: None)

@@ -1,4 +1,4 @@
-"""Packed float32 matmuls (decoders/kernels.py): same function, reversible, and still lossless.
+"""Packed float32 matmuls (decoders/runtime/kernels.py): same function, reversible, and still lossless.
 
 Packing changes the summation order, not the math: logits must stay within float32 rounding of the stock ones,
 unpacking must give back bit-identical weights, tied embeddings must stay tied, and every greedy speculative
@@ -11,7 +11,8 @@ import copy
 import pytest
 import torch
 
-from decoders import DecodeOptions, fused, generate, kernels
+from decoders import DecodeOptions, generate
+from decoders.runtime import fused, kernels
 from tiny import TinyLM, noisy_copy, tiny_gemma3, tiny_llama, tiny_qwen2
 
 PROMPTS = [[3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]
@@ -107,7 +108,7 @@ def test_a_packed_model_deep_copies(tiny):
 
     from tiny import tiny_llama
 
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     model = tiny_llama(layers=2).model
     kernels.pack(model)
@@ -142,7 +143,7 @@ def test_a_packed_model_lets_its_weights_file_go(tmp_path, make):
         assert model.get_output_embeddings().dense is model.get_input_embeddings().weight
 
 
-# ---------------------------------------------------------------- a GPU's stand-ins (decoders/fused.py), run here too
+# ---------------------------------------------------------------- a GPU's stand-ins (decoders/runtime/fused.py), run here too
 
 def fused_copy(lm: TinyLM) -> TinyLM:
     model = copy.deepcopy(lm.model)

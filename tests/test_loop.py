@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from decoders import DecodeOptions, stream
-from decoders.runner import decoder_layers
+from decoders.runtime.runner import decoder_layers
 
 
 def test_stream_yields_once_per_round(tiny, drafts):
@@ -50,6 +50,25 @@ def test_error_inside_a_draft_restores_layers(tiny, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         list(stream(options, [1, 2, 3], target=tiny))
     assert list(decoder_layers(tiny.model)) == layers_before
+
+
+def test_a_drafter_whose_close_raises_still_releases_the_target(tiny, drafts, monkeypatch):
+    """The target's release runs even when the drafter's close fails (with graphs, a runner that is never released
+    keeps its model's kept buffers leased for good), and the drafter's error still surfaces."""
+    from decoders.drafters import DraftModelDrafter
+    from decoders.runtime.runner import CachedModel
+
+    def broken(self):
+        raise RuntimeError("close failed")
+
+    released = []
+    original = CachedModel.release
+    monkeypatch.setattr(DraftModelDrafter, "close", broken)
+    monkeypatch.setattr(CachedModel, "release", lambda self: (released.append(self.model), original(self)))
+    options = DecodeOptions(method="speculative", rule="static", gamma=2, max_new_tokens=4)
+    with pytest.raises(RuntimeError, match="close failed"):
+        list(stream(options, [1, 2, 3], target=tiny, draft=drafts["noisy"]))
+    assert any(model is tiny.model for model in released)
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3, 9])

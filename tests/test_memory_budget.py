@@ -1,4 +1,4 @@
-"""The memory budget (decoders/residency.py through decoders/models.py): LRU eviction, holds, memory returned.
+"""The memory budget (decoders/runtime/residency.py through decoders/runtime/models.py): LRU eviction, holds, memory returned.
 
 The loader itself is replaced by random-init models built from configs (no download, no disk), so these tests
 exercise the bookkeeping and the release of real tensors; test_real_models-style loads are in the last test.
@@ -12,8 +12,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decoders import api, models, residency
-from decoders.models import LoadedModel, ModelError
+from decoders import api
+from decoders.runtime import models, residency
+from decoders.runtime.models import LoadedModel, ModelError
 from decoders.options import DecodeOptions
 
 
@@ -192,8 +193,20 @@ def test_model_bytes_counts_tied_weights_once():
     assert residency.model_bytes(lm.model) < params  # the shared matrix is counted once
 
 
+def test_model_bytes_of_a_fused_model_equals_the_stock_ones():
+    """decoders/runtime/fused.py makes q/k/v and gate/up views of one joined storage: counted by their storages' whole size,
+    a fused model weighs what the stock one does (counting the first view alone missed about a quarter)."""
+    from decoders.runtime import fused
+    from tiny import tiny_llama, tiny_qwen2
+
+    for model in (tiny_llama(layers=2).model, tiny_qwen2(layers=2).model):  # Qwen2's q/k/v have biases, joined too
+        stock = residency.model_bytes(model)
+        assert fused.fuse(model) > 0
+        assert residency.model_bytes(model) == stock
+
+
 def test_model_bytes_counts_packed_weights():
-    from decoders import kernels
+    from decoders.runtime import kernels
 
     lm = random_lm("packed")
     dense = residency.model_bytes(lm.model)

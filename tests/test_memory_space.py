@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoders import models, residency
+from decoders.runtime import models, residency
 from test_memory_budget import fake_loader, random_lm  # noqa: F401  (fixture)
 
 GIB = 1 << 30

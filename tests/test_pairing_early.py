@@ -1,12 +1,13 @@
-"""A draft of another family fails on its tokenizer, before any weights load (decoders/api.py, decoders/models.py)."""
+"""A draft of another family fails on its tokenizer, before any weights load (decoders/api.py, decoders/runtime/models.py)."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from decoders import api, models
-from decoders.models import ModelError, TokenizerOnly
+from decoders import api
+from decoders.runtime import models
+from decoders.runtime.models import ModelError, TokenizerOnly
 from decoders.options import DecodeOptions
 
 

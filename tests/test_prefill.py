@@ -1,4 +1,4 @@
-"""A long prompt is read in prefill chunks (decoders/runner.py CachedModel.prefill): the loop yields between two
+"""A long prompt is read in prefill chunks (decoders/runtime/runner.py CachedModel.prefill): the loop yields between two
 chunks with trace.prefill saying how far it got, so closing the run (Stop) lands within one chunk; chunking changes
 nothing a test can see in the output (greedy still equals the baseline, the EAGLE features are the same)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from decoders import DecodeOptions, generate, stream
-from decoders import runner as runner_module
+from decoders.runtime import runner as runner_module
 
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(50)]  # 50 tokens: 49 to prefill, the last is the first pending token
 CHUNK = 8
@@ -68,7 +68,7 @@ def test_closing_while_the_prompt_is_read_stops_within_one_chunk(tiny, drafts, s
 
 def test_chunked_features_are_the_one_forward_features(tiny):
     """The EAGLE head drafts from the prompt's last hidden states: read in chunks, they are the same states."""
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
     from decoders.tree import DraftTree
 
     tokens = PROMPT[:-1]

@@ -1,4 +1,4 @@
-"""int8 drafts (decoders/kernels.py quantize_int8, decoders/quantize.py): only q changes, so every method stays
+"""int8 drafts (decoders/runtime/kernels.py quantize_int8, decoders/quantize.py): only q changes, so every method stays
 lossless, and "auto" turns int8 on only where this machine measured it faster."""
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import copy
 import pytest
 import torch
 
-from decoders import DecodeOptions, OptionsError, generate, kernels, quantize
-from decoders.residency import model_bytes
+from decoders import DecodeOptions, OptionsError, generate, quantize
+from decoders.runtime import kernels
+from decoders.runtime.residency import model_bytes
 
 PROMPTS = [[3, 9, 4, 1, 7, 22, 5], [10, 11, 12, 10, 11, 12, 10, 11]]
 
@@ -64,8 +65,8 @@ def test_draft_quant_is_validated():
 
 
 def test_int8_needs_float32_on_the_cpu():
-    from decoders import models
-    from decoders.models import ModelError
+    from decoders.runtime import models
+    from decoders.runtime.models import ModelError
 
     with pytest.raises(ModelError, match="int8 drafts run on the CPU from float32"):
         models.load_model("smollm2-135m", dtype="bfloat16", quant="int8")

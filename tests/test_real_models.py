@@ -32,14 +32,14 @@ def two_threads():
 
 @pytest.fixture(scope="module")
 def smollm():
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     return load_model("smollm2-135m", dtype="float32")
 
 
 @pytest.fixture(scope="module")
 def qwen_pair():
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     return load_model("qwen2.5-coder-1.5b", dtype="float32"), load_model("qwen2.5-coder-0.5b", dtype="float32")
 
@@ -95,7 +95,7 @@ def test_smollm2_trees_from_the_shipped_head_equal_baseline(smollm, drafter):
 
 
 def test_tokenizer_mismatch_is_a_clear_error(smollm, qwen_pair):
-    from decoders.models import ModelError, check_tokenizers_compatible
+    from decoders.runtime.models import ModelError, check_tokenizers_compatible
 
     with pytest.raises(ModelError, match="same family|vocabulary|tokenizer"):
         check_tokenizers_compatible(smollm, qwen_pair[1])

@@ -316,7 +316,7 @@ def test_small_probabilities_keep_significant_digits():
 def emoji_trace():
     """A trace whose tokens come from smollm2's real tokenizer on emoji and CJK text (tokenizer only, no weights),
     with per-token texts made by the recorder's own detokenizer."""
-    from decoders.models import load_tokenizer
+    from decoders.runtime.models import load_tokenizer
     from decoders.recorder import Detokenizer
     from decoders.trace import TokenRecord
 

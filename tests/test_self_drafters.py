@@ -26,7 +26,7 @@ def run_with(drafter, lm, prompt, length, rule=None, warp=None, seed=0):
     from decoders import api
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     options = DecodeOptions(method="speculative", max_new_tokens=length)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", prompt), lm.decode, True)
@@ -116,7 +116,7 @@ def test_prophet_greedy_equals_baseline(four_layers, family, layers):
 
 def _layer_tokens(model):
     """Count the tokens each decoder layer processes (forward hooks); returns (counts dict, remove())."""
-    from decoders.runner import decoder_layers
+    from decoders.runtime.runner import decoder_layers
 
     counts, handles = {}, []
     for i, layer in enumerate(decoder_layers(model)):

@@ -13,7 +13,7 @@ PROMPTS = ["Explain in three short sentences why the sky is blue.",
 
 @pytest.fixture(scope="module")
 def smollm():
-    from decoders.models import load_model
+    from decoders.runtime.models import load_model
 
     return load_model("smollm2-135m", dtype="float32", device="cpu")
 

@@ -10,7 +10,7 @@ import torch
 
 from decoders import DecodeOptions, generate
 from decoders.drafters import LayerSkipDrafter, default_skip_layers
-from decoders.runner import CachedModel
+from decoders.runtime.runner import CachedModel
 from decoders.tree import DraftTree
 from tiny import MIXED_LAYER_TYPES, tiny_gemma3_mixed, tiny_llama
 
@@ -125,7 +125,7 @@ def test_options_message_does_not_claim_the_mask_comes_from_layer_0():
 ], ids=["baseline", "layer-skip"])
 def test_sliding_cache_stays_bounded(gemma, options, monkeypatch):
     """After each round no sliding layer holds more than window - 1 entries, however long the output."""
-    from decoders import runner as runner_module
+    from decoders.runtime import runner as runner_module
 
     biggest = []
     keep_path = runner_module.CachedModel.keep_path

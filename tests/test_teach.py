@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import transformers
 
-import decoders.models
+import decoders.runtime.models
 from app.tabs.learn import lessons as teach
 from app.tabs.generate.controls import EXAMPLE_CONTROLS
 
@@ -14,7 +14,7 @@ from app.tabs.generate.controls import EXAMPLE_CONTROLS
 def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a lesson tried to load a model")
-    monkeypatch.setattr(decoders.models, "load_model", refuse)
+    monkeypatch.setattr(decoders.runtime.models, "load_model", refuse)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
 
 

@@ -5,7 +5,7 @@ import random
 
 import torch
 
-from decoders.runner import CachedModel
+from decoders.runtime.runner import CachedModel
 from decoders.tree import (DraftTree, ancestor_mask, attention_mask_4d, children, depths, path_to, position_ids,
                            root_to_leaf_paths)
 

@@ -25,7 +25,7 @@ def run_with(drafter, lm, prompt, length, rule_depth=4, warp=None, seed=0):
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
     from decoders.rules import StaticRule
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     options = DecodeOptions(method="speculative", max_new_tokens=length)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", prompt), lm.decode, True)
@@ -37,7 +37,7 @@ def run_with(drafter, lm, prompt, length, rule_depth=4, warp=None, seed=0):
 
 
 def test_forward_tree_hidden_states_are_the_features_the_lm_head_reads(tiny):
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
     from decoders.tree import DraftTree
 
     runner = CachedModel(tiny.model)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from decoders import model_files, models
-from decoders.model_files import ModelError, gguf_file, verify_sha256
+from decoders.runtime import model_files, models
+from decoders.runtime.model_files import ModelError, gguf_file, verify_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ pytest.importorskip("whisper")
 from whisper_helpers import SHORT_CLIPS, TINY, clip  # noqa: E402
 
 from decoders.hub_cache import repo_dir, write_hub_cache  # noqa: E402
-from decoders.model_files import ModelError  # noqa: E402
+from decoders.runtime.model_files import ModelError  # noqa: E402
 from decoders.whisper import models as whisper_models  # noqa: E402
 from decoders.whisper.convert import ConversionError  # noqa: E402
 from decoders.whisper.hub_format import from_hub_files, hub_name, whisper_name  # noqa: E402

@@ -69,7 +69,7 @@ def sentencepiece_like() -> PreTrainedTokenizerFast:
 
 @dataclass
 class TokenizedLM(TinyLM):
-    """A tiny model with a real tokenizer: what decoders.models.LoadedModel gives the cross-tokenizer drafter."""
+    """A tiny model with a real tokenizer: what decoders.runtime.models.LoadedModel gives the cross-tokenizer drafter."""
 
     tokenizer: object = None
 

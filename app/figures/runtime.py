@@ -10,10 +10,11 @@ from decoders.trace import Trace
 KV_WORDS = {"dynamic": "DynamicCache (grows by concatenation)", "static": "static buffers (read as growing views)",
             "fixed": "static buffers at fixed shapes"}
 HOVER = ("How this run executed, as the decoder recorded it. KV cache: transformers' DynamicCache, or SpecLab's "
-         "preallocated buffers (decoders/buffers.py), which a fixed-shape run reads whole at padded widths. CUDA graph: "
-         "a forward captured once and replayed (decoders/graphs.py); eager: run op by op. A CPU runs every forward "
-         "eagerly. Widths: the padded sizes the forwards ran at; with graphs each width's replay is timed at its "
-         "first use and a forward pads to the cheapest width that holds it (on a GPU a wider one can be faster).")
+         "preallocated buffers (decoders/runtime/buffers.py), which a fixed-shape run reads whole at padded widths. CUDA graph: "
+         "a forward captured once and replayed (decoders/runtime/graphs.py); eager: run op by op. A CPU runs every forward "
+         "eagerly. Widths: the padded sizes the forwards ran at; with graphs each width's replay is timed once per "
+         "device, model, dtype and kernels and stored, and a forward pads to the cheapest width that holds it (on a "
+         "GPU a wider one can be faster; every later run reads the stored timing, so it pads alike).")
 
 
 def runtime_line(trace: Trace) -> str:

@@ -57,7 +57,7 @@ def check_model_allowed(name: str | None, role: str = "target model") -> None:
     """Raise OptionsError (one line) for a name outside the registry when registry_only(); None passes."""
     if name is None or not registry_only():
         return
-    from decoders.models import REGISTRY
+    from decoders.runtime.models import REGISTRY
 
     if name.strip().lower() not in {n.lower() for n in REGISTRY}:
         raise OptionsError(f"this server only runs the listed models, so {role} {name!r} is not available here; "

@@ -18,9 +18,9 @@ LOAD_PHASES = (("joining", 0.05), ("casting", 0.2), ("converting", 0.2), ("loadi
 
 def _models_module():
     try:
-        from decoders import models
+        from decoders.runtime import models
     except ImportError as err:  # the registry module is missing from this checkout
-        raise RuntimeError(f"the model registry (decoders/models.py) is not available: {err}") from None
+        raise RuntimeError(f"the model registry (decoders/runtime/models.py) is not available: {err}") from None
     return models
 
 
@@ -37,13 +37,13 @@ def draft_name(options: DecodeOptions) -> str | None:
 
 
 def load(name: str, options: DecodeOptions, report: Callable[[float, str], None] | None = None):
-    """decoders.models.load_model with its progress callback forwarded to `report(fraction, message)`."""
+    """decoders.runtime.models.load_model with its progress callback forwarded to `report(fraction, message)`."""
     return _models_module().load_model(name, dtype=options.dtype, device=options.device,
                                        progress=_progress(name, report))
 
 
 def _progress(name: str, report: Callable[[float, str], None] | None):
-    """decoders.models' progress callback, placed on the page's bar as `report(fraction, message)`."""
+    """decoders.runtime.models' progress callback, placed on the page's bar as `report(fraction, message)`."""
     def progress(*args, **kwargs):
         fraction = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
         message = next((a for a in args if isinstance(a, str)), kwargs.get("message", ""))
@@ -79,7 +79,7 @@ def loaded(*runs: DecodeOptions, report=None, turn: Turn | None = None):
     them held until the block ends.
 
     Inside the slot: a load is a minute of CPU work on a first conversion, and it must not run while another tab's
-    race is being timed. Held afterwards: nothing can evict them (decoders/residency.py) between this load and the
+    race is being timed. Held afterwards: nothing can evict them (decoders/runtime/residency.py) between this load and the
     decode that uses them, which takes the slot again for itself (and loads them there again: cache hits)."""
     with DECODE_SLOT.hold(what="a model load", turn=turn):
         pairs = [load_models(options, report) for options in runs]
@@ -97,7 +97,7 @@ def loaded_run(options: DecodeOptions, decode: Callable[[object, object | None],
 
 
 def check_loadable(name: str) -> None:
-    """decoders.models.check_loadable: seconds, no weights (tests that load tiny models by other names skip it)."""
+    """decoders.runtime.models.check_loadable: seconds, no weights (tests that load tiny models by other names skip it)."""
     _models_module().check_loadable(name)
 
 

@@ -244,7 +244,7 @@ def _error(message: str) -> dict:
 
 def _model_choices() -> list[str]:
     try:
-        from decoders.models import available_models
+        from decoders.runtime.models import available_models
 
         return available_models()
     except ImportError:

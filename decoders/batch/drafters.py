@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .. import buffers, kernels
-from ..buffers import KVPlan
+from ..runtime import buffers, kernels
+from ..runtime.buffers import KVPlan
 from ..drafters import Drafter, DraftStop, Proposal
 from ..drafters.base import draft_position
 from ..drafters.early_exit import EarlyExitDrafter
@@ -176,7 +176,7 @@ class BatchLayerSkip(BatchDrafter):
         self.skip, self.kept = single.skip, single.kept  # the single-row drafter validated the skip set
 
     def propose(self, ids, limits, rules, warp, generators, record):
-        from ..runner import skipping_layers
+        from ..runtime.runner import skipping_layers
 
         before = self.target.snapshot()
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import cache as kv
+from ..runtime import cache as kv
 
 
 class RaggedRunner:

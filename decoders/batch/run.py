@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import cache as kv
+from ..runtime import cache as kv
 from .. import registry
 from ..drafters import NoDraft
 from ..options import DecodeOptions, OptionsError

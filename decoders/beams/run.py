@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from ..cache import new_cache
+from ..runtime.cache import new_cache
 from ..clock import DecodeClock
 from ..options import DecodeOptions, OptionsError
 from ..sampling import Warp, seeded_generator

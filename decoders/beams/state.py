@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .. import cache as kv
+from ..runtime import cache as kv
 
 
 class BeamRows:

@@ -94,7 +94,7 @@ class Drafter:
         return 0
 
     def use_kv(self, plan) -> None:
-        """Before the run: keep the drafter's own KV cache as `plan` (decoders/buffers.KVPlan) says. A drafter with
+        """Before the run: keep the drafter's own KV cache as `plan` (decoders/runtime/buffers.KVPlan) says. A drafter with
         a cache of its own (a draft model, an EAGLE head) remakes it; the others have nothing to do."""
 
     def runtime(self) -> dict:

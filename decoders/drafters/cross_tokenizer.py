@@ -27,7 +27,7 @@ import torch
 from ..errors import OptionsError
 from ..retokenize import (PrefixIndex, SharedPieces, Spelling, TextStream, overlapping, shared_pieces, spans,
                           spelling_of, whole_text)
-from ..runner import CachedModel
+from ..runtime.runner import CachedModel
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal, draft_position
 
@@ -305,7 +305,7 @@ def _spelling(lm, role: str) -> Spelling:
     if tokenizer is None:
         raise OptionsError(f"the cross-tokenizer drafter turns the draft's text into the target's tokens, so the "
                            f"{role} model needs its tokenizer, and {getattr(lm, 'name', role)} came without one; load "
-                           "it with decoders.models.load_model (or give the object a .tokenizer)")
+                           "it with decoders.runtime.models.load_model (or give the object a .tokenizer)")
     return spelling_of(tokenizer, getattr(lm, "name", role))
 
 

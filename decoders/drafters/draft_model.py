@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..runner import CachedModel
+from ..runtime.runner import CachedModel
 from .base import Drafter, Proposal, ReadsPrompt, draft_chain
 
 

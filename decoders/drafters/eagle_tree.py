@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import cache as kv
+from ..runtime import cache as kv
 from ..eagle.head import EagleHead
 from .base import Drafter, DraftStop, Proposal
 from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, growth_width, tree_proposal

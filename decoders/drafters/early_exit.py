@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .. import cache as kv
-from ..runner import CachedModel
+from ..runtime import cache as kv
+from ..runtime.runner import CachedModel
 from ..selfdraft.heads import ExitBlock
 from ..selfdraft.stem import causal_mask, step_mask, stem_layers, target_rotary, upper_layers, run_layers
 from .base import Drafter, Proposal, draft_chain

@@ -6,7 +6,7 @@ accepts little on small models (see docs): it is here to teach that a draft must
 """
 from __future__ import annotations
 
-from ..runner import CachedModel, decoder_layers, skipping_layers
+from ..runtime.runner import CachedModel, decoder_layers, skipping_layers
 from .base import Drafter, Proposal, draft_chain
 
 

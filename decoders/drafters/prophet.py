@@ -54,7 +54,7 @@ class ProphetDrafter(Drafter):
         try:
             return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record)
         finally:
-            from .. import cache as kv
+            from ..runtime import cache as kv
 
             self.peak_bytes = max(self.peak_bytes, kv.bytes_held(cache))
 
@@ -67,7 +67,7 @@ class ProphetDrafter(Drafter):
         return full
 
     def summary(self) -> dict:
-        from ..runner import decoder_layers
+        from ..runtime.runner import decoder_layers
 
         return {"self_draft": {"kind": "prophet", "block_layers": len(self.model.layers),
                                "target_layers": len(decoder_layers(self.model.target))}}

@@ -23,9 +23,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..cache import sliding_window
+from ..runtime.cache import sliding_window
 from ..errors import OptionsError
-from ..runner import CachedModel
+from ..runtime.runner import CachedModel
 from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal, ReadsPrompt

@@ -19,7 +19,7 @@ import torch
 from .data import (DataError, bench_source_ids, build_examples, code_conversations, completion_prompts, frequent_ids,
                    load_sharegpt, target_features, to_messages)
 from .head import EagleHead
-from ..model_files import ModelError
+from ..runtime.model_files import ModelError
 from .official import EagleHeadError, save_official, trained_head_dir
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
@@ -74,8 +74,8 @@ def main(argv=None) -> int:
 
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from ..models import load_model
-    from .. import kernels
+    from ..runtime.models import load_model
+    from ..runtime import kernels
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -143,7 +143,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_measure(args: argparse.Namespace) -> int:
-    from ..models import load_model
+    from ..runtime.models import load_model
     from .measure import compare, target_step_ms
     from .official import load_official, locate_head
 

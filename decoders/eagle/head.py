@@ -23,7 +23,7 @@ import inspect
 import torch
 from torch import nn
 
-from ..runner import decoder_layers
+from ..runtime.runner import decoder_layers
 
 
 class EagleHead(nn.Module):
@@ -40,7 +40,7 @@ class EagleHead(nn.Module):
         self.rotary = type(target.get_decoder().rotary_emb)(config=self.config)  # no persistent state
         self._rotary_takes_layer_type = "layer_type" in inspect.signature(self.rotary.forward).parameters
         # The target, held in a tuple so nn.Module does not register (or save, or train) its modules; its embedding
-        # and LM head are looked up on each call, so a kernel swap on the target (decoders/kernels.py) is followed.
+        # and LM head are looked up on each call, so a kernel swap on the target (decoders/runtime/kernels.py) is followed.
         self._target = (target,)
         self.register_buffer("vocab_ids", None, persistent=False)  # (N,) or None; saved by official.py
         self.register_buffer("_reduced_weight", None, persistent=False)  # (N, d): gathered LM-head rows
@@ -89,7 +89,7 @@ class EagleHead(nn.Module):
         if isinstance(head, nn.Linear) or torch.is_grad_enabled():  # detach: gradients reach `hidden`, not the target
             bias = head.bias.detach() if head.bias is not None else None
             return nn.functional.linear(hidden, self._lm_head_weight().detach(), bias)  # (B, n, V)
-        return head(hidden)  # (B, n, V): a packed kernel (decoders/kernels.py), inference only
+        return head(hidden)  # (B, n, V): a packed kernel (decoders/runtime/kernels.py), inference only
 
     def target_logits(self, features: torch.Tensor) -> torch.Tensor:
         """The target's own full-vocabulary LM head (what the head is judged against). (..., d) -> (..., V)"""
@@ -124,7 +124,7 @@ class EagleHead(nn.Module):
         return self._target[0].get_output_embeddings()
 
     def _lm_head_weight(self) -> torch.Tensor:
-        """(V, d). A packed LM head (decoders/kernels.py) keeps its dense weight only when tied; else unpack it."""
+        """(V, d). A packed LM head (decoders/runtime/kernels.py) keeps its dense weight only when tied; else unpack it."""
         head = self.lm_head
         if isinstance(head, nn.Linear):
             return head.weight

@@ -12,7 +12,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from ..runner import CachedModel
+from ..runtime.runner import CachedModel
 from .data import Example, frequent_ids
 from .head import EagleHead
 from .train import acceptance_by_depth

@@ -74,7 +74,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[2] / "assets" / "eagle"  # heads 
 
 def trained_head_dir(target_name: str) -> Path:
     """Where `python -m decoders.eagle train` caches a head by default (outside git: heads can exceed 20 MB)."""
-    from ..model_files import cache_dir
+    from ..runtime.model_files import cache_dir
 
     return cache_dir() / "eagle" / _folder_name(target_name)
 

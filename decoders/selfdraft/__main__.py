@@ -55,7 +55,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     from ..eagle.data import DataError
-    from ..model_files import ModelError
+    from ..runtime.model_files import ModelError
 
     args = parse(argv)
     try:
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
 
 
 def _load(args):
-    from ..models import load_model
-    from .. import kernels
+    from ..runtime.models import load_model
+    from ..runtime import kernels
 
     lm = load_model(args.target, dtype="float32", device="cpu", progress=lambda m: print(m, flush=True))
     kernels.use(lm.model, kernels.STOCK)  # training reads the LM head's dense weight

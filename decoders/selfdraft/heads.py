@@ -19,8 +19,8 @@ import copy
 import torch
 from torch import nn
 
-from .. import kernels
-from ..runner import decoder_layers
+from ..runtime import kernels
+from ..runtime.runner import decoder_layers
 from .stem import DraftVocab, Rotary, check_full_attention
 
 
@@ -40,7 +40,7 @@ def _copied_layers(target: nn.Module, config, sources: list[int]) -> nn.ModuleLi
     for i, source in enumerate(sources):
         layer = type(layers[source])(config, layer_idx=i)
         stock = copy.deepcopy(layers[source])
-        kernels.unpack(stock)  # a target on packed matmuls (decoders/kernels.py): back to nn.Linear weights
+        kernels.unpack(stock)  # a target on packed matmuls (decoders/runtime/kernels.py): back to nn.Linear weights
         layer.load_state_dict(stock.state_dict())
         out.append(layer)
     return out

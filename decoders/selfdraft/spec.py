@@ -21,7 +21,7 @@ def builder(kind: str) -> Callable:
             module = store.load(store.locate(kind, ctx.options.model) if source == "auto" else source, ctx.runner.model)
         except (OSError, ValueError, RuntimeError, KeyError) as err:  # missing, or trained for another target
             raise OptionsError(f"{kind}: {err}") from None
-        from .. import kernels
+        from ..runtime import kernels
 
         if kernels.kernels_of(ctx.runner.model) == kernels.PACKED:
             kernels.pack(module)  # the draft's own matmuls on the target's kernels (inference only)
@@ -35,7 +35,7 @@ def cost_prior(kind: str) -> Callable:
     """Early exit runs k target layers + 1 block, a prophet its own few layers: that share of the target's layers,
     read from the weights' config (the shipped SmolLM2 block exits at k = 2: 3/30, not the 5/30 once assumed)."""
     def prior(ctx) -> float:
-        from ..runner import decoder_layers
+        from ..runtime.runner import decoder_layers
 
         total = len(decoder_layers(ctx.runner.model))
         if kind == "early-exit":
@@ -46,7 +46,7 @@ def cost_prior(kind: str) -> Callable:
 
 def early_exit_share(ctx) -> float:
     """Early exit's verification runs layers k+1..L only (the draft already ran 1..k): (L − k)/L of a full forward."""
-    from ..runner import decoder_layers
+    from ..runtime.runner import decoder_layers
 
     total = len(decoder_layers(ctx.runner.model))
     return (total - _exit_layer(ctx)) / total

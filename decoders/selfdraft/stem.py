@@ -12,7 +12,7 @@ import inspect
 import torch
 from torch import nn
 
-from ..runner import decoder_layers
+from ..runtime.runner import decoder_layers
 
 
 def check_full_attention(config) -> None:

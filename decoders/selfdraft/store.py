@@ -23,7 +23,7 @@ class WeightsMissing(ValueError):
 
 
 def cache_dir(kind: str, target: str) -> Path:
-    from ..model_files import cache_dir as speclab_cache
+    from ..runtime.model_files import cache_dir as speclab_cache
 
     return speclab_cache() / kind / target.replace("/", "--")
 
@@ -61,7 +61,7 @@ def save(module, folder: Path, dtype: torch.dtype = torch.float32, record: dict 
 
 
 def _shape_of(target) -> dict:
-    from ..runner import decoder_layers
+    from ..runtime.runner import decoder_layers
 
     return {"target_layers": len(decoder_layers(target)), "hidden_size": int(target.config.hidden_size),
             "vocab_size": int(target.config.vocab_size)}

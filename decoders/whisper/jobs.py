@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..models import hold
+from ..runtime.models import hold
 from .audio import Clip
 from .models import resident_whisper
 from .options import WhisperOptions

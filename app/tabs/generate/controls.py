@@ -75,7 +75,7 @@ EXAMPLE_CONTROLS = ("prompt", "model", "method", "drafter", "draft_model", "rule
 
 def _registry() -> dict:
     try:
-        from decoders.models import REGISTRY
+        from decoders.runtime.models import REGISTRY
     except ImportError:  # the registry module is missing: no pairing is known
         return {}
     return REGISTRY
@@ -243,7 +243,7 @@ def _number(value) -> float:
 
 def dtype_choices(model: str) -> list[tuple[str, str]]:
     """The number formats, each labelled with what it promises; bfloat16 with its speed here once measured."""
-    from decoders.dtype_choice import ROUNDING_NOTE
+    from decoders.runtime.dtype_choice import ROUNDING_NOTE
 
     return [("auto (float32: exact)", "auto"), ("float32", "float32"),
             (f"bfloat16 ({format_speed_note(model, 'bfloat16')}{ROUNDING_NOTE})", "bfloat16")]

@@ -1,7 +1,7 @@
 """Event handlers for the Generate tab: UI values -> DecodeOptions -> the core's rounds -> rendered views.
 
 Handlers return dicts keyed by the names in views.OUTPUTS; layout.py turns them into tuples for Gradio. Models are
-the only process-wide objects (decoders.models caches them); a user's trace and run bookkeeping live in gr.State.
+the only process-wide objects (decoders.runtime.models caches them); a user's trace and run bookkeeping live in gr.State.
 """
 from __future__ import annotations
 

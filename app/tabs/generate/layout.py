@@ -34,9 +34,9 @@ FALLBACK_MODELS = [("smollm2-135m", "single"), ("qwen2.5-coder-1.5b", "target"),
 
 
 def model_choices() -> list[tuple[str, str]]:
-    """(label, name) pairs from the registry; a fixed list when decoders/models.py is not importable."""
+    """(label, name) pairs from the registry; a fixed list when decoders/runtime/models.py is not importable."""
     try:
-        from decoders.models import describe_models
+        from decoders.runtime.models import describe_models
 
         rows = describe_models()
         return [(f"{r['name']} · {r['role']}" + ("" if r.get("installed", True) else " (hub download)"), r["name"])

@@ -19,7 +19,7 @@ def this_machine(model: str, dtype: str = "float32", device: str = "auto") -> di
     when the race ran on one; "auto" is where this process would run it), None if never measured there."""
     try:
         from decoders.costs import cached
-        from decoders.models import resolve_device
+        from decoders.runtime.models import resolve_device
 
         where = str(resolve_device(device).type)  # the cache keys GPU curves by the GPU's name, CPUs by theirs
         curve = cached(model, "float32" if dtype in ("auto", "", None) else dtype, device=where)  # auto: float32

@@ -288,7 +288,8 @@ def _tree_verdict(head: str, speedup: float, numbers: str, draft_cost: float, ta
         reason = _mostly_idle(row)
     elif t_ratio and t_ratio - 1 >= draft_cost and t_ratio > 1.2:
         reason = (f"verifying the whole tree cost {t_ratio:.2f}× one token: on a CPU t(n) grows with n, so the wide "
-                  "trees EAGLE-2 sends on a GPU (where t(60) ≈ t(1)) do not pay here; lower M")
+                  "trees EAGLE-2 sends on a GPU do not pay here (an H200 replaying CUDA graphs measured t(64) = 1.57 "
+                  "t(1) for SmolLM2-135M, bench/results/gpu-h200.md); lower M")
     elif draft_cost >= tau - 1:
         reason = (f"growing the tree cost {draft_cost:.2f} target forwards to gain τ − 1 = {tau - 1:.2f} tokens: "
                   "each expansion step is a draft forward")

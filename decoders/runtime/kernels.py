@@ -18,7 +18,7 @@ restores ordinary `nn.Linear` modules with bit-identical weights (the benchmark 
 `generate` on those, as users would).
 
 On a GPU the same verbs fuse instead of pack: there a small model's step is bound by how many kernels it launches,
-and `pack` swaps transformers' norms, attention and MLPs for decoders/fused.py's stand-ins (fewer, bigger kernels,
+and `pack` swaps transformers' norms, attention and MLPs for decoders/runtime/fused.py's stand-ins (fewer, bigger kernels,
 the same weights, float32 only; `unpack` puts the stock modules back).
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ class PackedLinear(nn.Module):
 
 
 def fusing_available(model: nn.Module) -> bool:
-    """float32 on a GPU: there the stand-ins of decoders/fused.py launch fewer kernels (PyTorch's fused RMSNorm is
+    """float32 on a GPU: there the stand-ins of decoders/runtime/fused.py launch fewer kernels (PyTorch's fused RMSNorm is
     CUDA's)."""
     try:
         parameter = next(model.parameters())
@@ -172,7 +172,7 @@ def _dynamic_linear_type() -> type:
 
 
 def pack(model: nn.Module) -> int:
-    """This device's fast kernels: on a CPU every nn.Linear as a PackedLinear, on a GPU decoders/fused.py's stand-ins
+    """This device's fast kernels: on a CPU every nn.Linear as a PackedLinear, on a GPU decoders/runtime/fused.py's stand-ins
     for the norms, attention and MLPs (a no-op where neither applies). Returns how many modules were swapped."""
     if fusing_available(model):
         return fused.fuse(model)

@@ -1,11 +1,11 @@
 """A model plus its KV cache: the forward passes every method needs, and nothing else.
 
-The cache is the only state; rollback is `drop_last` / `keep_path` (decoders/cache.py). Trees go through the stock
+The cache is the only state; rollback is `drop_last` / `keep_path` (decoders/runtime/cache.py). Trees go through the stock
 transformers model with a 4-D float mask and explicit position ids: no forked model files, no hidden attributes.
 
-The cache is transformers' DynamicCache, or with a static KVPlan one preallocated buffer (decoders/buffers.py):
+The cache is transformers' DynamicCache, or with a static KVPlan one preallocated buffer (decoders/runtime/buffers.py):
 "static" reads it as growing views (the same masks as the DynamicCache), "fixed" runs every forward of this runner
-over the whole buffer at a bucketed width (decoders/graphs.py), eagerly or, with plan.graphs on CUDA, as replayed
+over the whole buffer at a bucketed width (decoders/runtime/graphs.py), eagerly or, with plan.graphs on CUDA, as replayed
 CUDA graphs. The loop and the drafters call the same verbs whichever it is.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 from . import cache as kv
 from .buffers import KVPlan
 from .graphs import FixedForward, give_back, lease
-from .tree import DraftTree, attention_mask_4d, position_ids
+from ..tree import DraftTree, attention_mask_4d, position_ids
 
 DYNAMIC = KVPlan()
 
@@ -45,7 +45,7 @@ class CachedModel:
         self._new_cache()
 
     def _new_cache(self, graphs: bool | None = None) -> None:
-        """A fresh cache. With graphs, the model's kept buffers and graphs of this capacity (decoders/graphs.lease)."""
+        """A fresh cache. With graphs, the model's kept buffers and graphs of this capacity (decoders/runtime/graphs.lease)."""
         graphs = self.plan.graphs if graphs is None else graphs
         window = kv.sliding_window(self.model)
         if self.plan.fixed and graphs:

@@ -1,4 +1,4 @@
-"""Fixed-shape forwards over static KV buffers (decoders/buffers.py), run eagerly or replayed as CUDA graphs.
+"""Fixed-shape forwards over static KV buffers (decoders/runtime/buffers.py), run eagerly or replayed as CUDA graphs.
 
 A forward of n tokens (a chain, or a draft tree by its parent array) after `start` valid slots:
   width        the smallest bucket >= n (buffers.BUCKETS); n past the widest bucket runs at its own width, eagerly
@@ -25,10 +25,17 @@ A capture costs about three forwards (two warm-ups and the capture), more than a
 GPU, so with graphs on a model's buffers and graphs outlive the run: `lease` hands a run the model's kept
 FixedForward of its capacity (free, i.e. not used by another runner right now, such as a draft model that is the
 target itself) and `give_back` returns it, lengths reset. They are kept per model object, weakly: unloading the
-model frees them. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length share them.
+model frees them; one whose model's weights moved since its capture (another device or dtype) is dropped, never
+replayed over freed memory. Capacities are rounded up to a power of two (KVPlan.capacity) so runs of similar length
+share them.
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
+import hashlib
+import json
+import os
 import statistics
 import time
 import weakref
@@ -39,14 +46,21 @@ from torch import nn
 
 from . import kernels
 from .buffers import BufferCache, BufferFull
-from .tree import ancestor_mask, depths
+from .model_files import cache_dir
+from ..tree import ancestor_mask, depths
+
+BUCKET_TABLES = "buckets.json"  # in cache_dir(): each (device, model, dtype, kernels)'s replay seconds per bucket
 
 
 def bucket(n: int, buckets: tuple[int, ...], seconds: dict[int, float] | None = None) -> int:
     """The width a forward of n tokens runs at: the smallest bucket that holds it, or n itself past the widest.
     With `seconds` (each bucket's measured replay), the cheapest bucket that holds it: a GPU's kernel choice can
     make a wider forward faster (SmolLM2-135M float32 on an H200, graphs: 16 tokens took 2.0 one-token steps, 32
-    took 1.4), and padding rows cost nothing but their time."""
+    took 1.4), and padding rows cost nothing but their time. The seconds are timed once per device, model, dtype and
+    kernels and stored (`table_key`, cache_dir()/buckets.json); later processes read them, never time again:
+    logits depend on the width by float rounding (an H200 differed by 1.4e-5 between widths 16 and 32) and buckets
+    2 and 4 time within noise, so widths chosen from each process's own timing could verify one draft at different
+    widths and make two greedy runs diverge at a near-tie."""
     wide_enough = [b for b in sorted(buckets) if b >= n]
     if not wide_enough:
         return n
@@ -99,11 +113,12 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class _Captured:
     """One captured forward at one width: its static input (the packed tensor, and a pinned host copy to send it
-    from) and its static outputs."""
+    from), its static outputs, and an event marking when the last copy out of the host copy finished."""
 
     def __init__(self, graph, packed: torch.Tensor, logits: torch.Tensor, hidden: torch.Tensor | None):
         self.graph, self.packed, self.logits, self.hidden = graph, packed, logits, hidden
         self.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
+        self.sent = torch.cuda.Event() if packed.is_cuda else None
 
 
 class FixedForward:
@@ -112,7 +127,10 @@ class FixedForward:
 
     def __init__(self, model: nn.Module, cache: BufferCache, buckets: tuple[int, ...], graphs: bool = False,
                  window: int | None = None):
-        self.model, self.cache, self.buckets, self.window = model, cache, tuple(buckets), window
+        # The model weakly: _KEPT maps a model to its FixedForwards, and a value that held its key would keep every
+        # model with graphs alive for good (a runner holds its model strongly while it runs).
+        self._model = weakref.ref(model)
+        self.cache, self.buckets, self.window = cache, tuple(buckets), window
         self.graphs = graphs
         self.leased = False  # held by a runner (graphs only: see lease)
         self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
@@ -122,15 +140,23 @@ class FixedForward:
         self.counts = {"graph": 0, "eager": 0}
         self.widths: set[int] = set()
         self.kernels = None  # the model's kernels when its graphs were captured (lease matches them)
-        self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), timed at the first replay
-        self.seconds: dict[int, float] | None = None  # median replay of each bucket, once timed
+        self.weights = None  # where the model's weights lived then (`weights_of`; lease matches them)
+        self.choose_by_time = graphs  # pad to the cheapest measured bucket (`bucket`), from the stored table
+        self.seconds: dict[int, float] | None = None  # median replay of each bucket, once read or timed
+
+    @property
+    def model(self) -> nn.Module:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("this FixedForward's model was freed; a runner must hold its model while it runs")
+        return model
 
     @torch.inference_mode()
     def __call__(self, tokens: list[int], parents: list[int], hidden: bool = False):
         """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more."""
         n = len(tokens)
         if self.choose_by_time and self.seconds is None and self._replayable(max(self.buckets)):
-            self.seconds = self._time_buckets()
+            self.seconds = self._bucket_table()
         width = bucket(n, self.buckets, self.seconds if self.choose_by_time else None)
         start = self.cache.layers[0].length
         if start + width > self.cache.capacity:
@@ -162,6 +188,20 @@ class FixedForward:
         return {**self.counts, "widths": sorted(self.widths),
                 "captured": sorted({width for width, _ in self.captured}),
                 **({"bucket_ms": {w: round(t * 1e3, 3) for w, t in self.seconds.items()}} if self.seconds else {})}
+
+    def _bucket_table(self) -> dict[int, float]:
+        """Each bucket's replay seconds as stored for this device, model, dtype and kernels, else timed now and stored
+        (`bucket_table`). A timing that could not cover every bucket (a buffer too short) pads by the smallest
+        bucket instead: a partial table would make this run's widths, and its logits, differ from the next one's."""
+        key = table_key(self.model, self.buckets)
+        stored = read_bucket_table(key)
+        if stored is not None:
+            return stored
+        seconds = self._time_buckets()
+        if set(seconds) != set(self.buckets):
+            return {}
+        store_bucket_table(key, seconds)
+        return seconds
 
     @torch.inference_mode()
     def _time_buckets(self, repeats: int = 3) -> dict[int, float]:
@@ -211,8 +251,12 @@ class FixedForward:
         captured = self.captured.get((width, hidden))
         if captured is None:
             captured = self.captured[(width, hidden)] = self._capture(packed, width, hidden)
-        captured.host.copy_(packed)  # the host staging buffer is free again: the caller read the last round's outputs
+        if captured.sent is not None:  # the last asynchronous copy out of the staging buffer must be done before it is
+            captured.sent.synchronize()  # overwritten (a caller that read the outputs waited for it already)
+        captured.host.copy_(packed)
         captured.packed.copy_(captured.host, non_blocking=True)  # the one host-to-device copy of a replay
+        if captured.sent is not None:
+            captured.sent.record()
         captured.graph.replay()
         self.cache.advance(n)  # the captured writes ran no Python: count the valid entries here
         # Clones: the next replay of this width overwrites the static outputs, and callers keep rows (features).
@@ -244,27 +288,87 @@ def capture(forward, pool=None):
         outputs = forward()
     return graph, outputs, pool
 
+# ---------------------------------------------------------------- the bucket table, stored per device and model
+
+def table_key(model: nn.Module, buckets: tuple[int, ...]) -> str:
+    """What a bucket table is stored under: the device's name, PyTorch, the model's config (its shapes), dtype and
+    kernels, and the buckets. Every process of one such model on one such device pads alike."""
+    device = next(model.parameters()).device
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    described = [machine, torch.__version__, model.config.to_json_string(use_diff=False), str(model.dtype),
+                 kernels.kernels_of(model), sorted(buckets)]
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+
+def read_bucket_table(key: str) -> dict[int, float] | None:
+    entry = _read_tables().get(key)
+    try:
+        return {int(width): float(seconds) for width, seconds in entry["seconds"].items()}
+    except (TypeError, KeyError, AttributeError, ValueError):  # none stored, or a damaged entry: time again
+        return None
+
+
+def store_bucket_table(key: str, seconds: dict[int, float]) -> None:
+    """Best effort and atomic, like decoders/costs.py's curves: an unwritable cache costs the next process a timing
+    (and possibly other widths), never a failed run."""
+    tables = _read_tables()
+    tables[key] = {"seconds": {str(w): s for w, s in sorted(seconds.items())},
+                   "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with contextlib.suppress(OSError):
+        path = cache_dir() / BUCKET_TABLES
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(tables, indent=1))
+        os.replace(tmp, path)
+
+
+def _read_tables() -> dict:
+    try:
+        tables = json.loads((cache_dir() / BUCKET_TABLES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return tables if isinstance(tables, dict) else {}
+
+
 # model -> its FixedForwards with graphs, kept between runs (see the module docstring); one process-wide table, like
-# the loaded models themselves (decoders/README.md, "Process-wide state")
+# the loaded models themselves (decoders/README.md, "Process-wide state"). The values hold their model weakly
+# (FixedForward.model), so a model nobody else holds is freed with its buffers and graphs.
 _KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.WeakKeyDictionary()
 
 
 def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
-    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
+    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one. Kept ones
+    whose weights moved since their capture (`weights_of`) are dropped."""
     now = kernels.kernels_of(model)  # a graph replays the kernels it was captured with: stock and fused kept apart
+    weights = weights_of(model)
     kept = _KEPT.setdefault(model, [])
+    kept[:] = [forward for forward in kept if forward.leased or forward.weights == weights]
     for forward in kept:
-        if (not forward.leased and forward.kernels == now and forward.cache.capacity == capacity
-                and forward.buckets == tuple(buckets)):
+        if (not forward.leased and forward.kernels == now and forward.weights == weights
+                and forward.cache.capacity == capacity and forward.buckets == tuple(buckets)):
             break
     else:
         forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)
-        forward.kernels = now
+        forward.kernels, forward.weights = now, weights
         kept.append(forward)
     forward.leased = True
     forward.counts, forward.widths = {"graph": 0, "eager": 0}, set()  # this run's own figures
     forward.cache.reset()
     return forward
+
+
+def weights_of(model: nn.Module) -> int:
+    """Where the model's parameters and buffers live (addresses, dtypes, devices), hashed. A captured graph reads
+    the addresses it was captured with and runs no Python: after a move to another device or dtype (or the first
+    fuse, which makes q/k/v views of a new joined weight, decoders/runtime/fused.py) the old tensors are freed and a replay
+    would read freed memory. Fusing again after `unfuse` keeps the joined views, so their graphs stay valid."""
+    where = []
+    for tensor in [*model.parameters(), *model.buffers()]:
+        try:
+            where.append((tensor.data_ptr(), tensor.dtype, str(tensor.device)))
+        except RuntimeError:  # an opaque layout (oneDNN) has no address to compare: its object stands in
+            where.append((id(tensor), tensor.dtype, str(tensor.device)))
+    return hash(tuple(where))
 
 
 def give_back(forward: FixedForward) -> None:

@@ -5,7 +5,7 @@ first load of a (model, dtype) dequantizes the GGUF through transformers and sav
 under cache_dir()/converted; later loads read that copy in seconds. Hub ids ("org/name") and local model
 directories load with from_pretrained like any transformers model.
 
-float32 models on CPU get oneDNN-packed matmuls after loading (decoders/kernels.py: 1.2x on one-token steps,
+float32 models on CPU get oneDNN-packed matmuls after loading (decoders/runtime/kernels.py: 1.2x on one-token steps,
 ~1.7x on verification forwards here). SPECLAB_KERNELS=stock keeps PyTorch's stock nn.Linear instead.
 """
 from __future__ import annotations
@@ -218,10 +218,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto",
     """A registry name, a local model directory (or .gguf file), or a hub id; kept loaded while the budget allows.
 
     quant="int8" (drafts only, CPU, float32): linears as int8 with each token's activations quantized on their own
-    (decoders/kernels.py quantize_int8), kept as its own resident copy next to the float32 one.
+    (decoders/runtime/kernels.py quantize_int8), kept as its own resident copy next to the float32 one.
 
     Loading past the memory budget first unloads the least recently used models that no running decode holds
-    (see hold and decoders/residency.py); the progress callback says so, and says when a model loads again.
+    (see hold and decoders/runtime/residency.py); the progress callback says so, and says when a model loads again.
     """
     say = progress or (lambda message: None)
     name = _canonical_name(name)  # first: a typo should not wait for anything
@@ -350,12 +350,12 @@ def _load(name: str, dtype: torch.dtype, device: torch.device, say: Progress, qu
         say(f"moving to {device}…")
         model.to(device)
         if os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
-            say("fewer, bigger kernels swapped in (decoders/fused.py)")
+            say("fewer, bigger kernels swapped in (decoders/runtime/fused.py)")
     elif quant == kernels.INT8:
         say(f"{kernels.quantize_int8(model)} linears quantized to int8 (a draft: only q changes)")
         source += " (int8 linears)"
     elif os.environ.get("SPECLAB_KERNELS", kernels.PACKED) != kernels.STOCK and kernels.pack(model):
-        say("float32 matmuls packed for oneDNN (decoders/kernels.py)")  # traces record it as models.*.kernels
+        say("float32 matmuls packed for oneDNN (decoders/runtime/kernels.py)")  # traces record it as models.*.kernels
     if device.type == "cpu" and kernels.kernels_of(model) != kernels.STOCK:
         kernels.own_leftovers(model)  # the linears were replaced: let the file mapping go (kernels.own_leftovers)
         _return_freed_memory()

@@ -3,7 +3,7 @@
 Why: transformers' DynamicCache appends by concatenation, so every forward copies each layer's whole cache into a
 new tensor, and no two steps have the same shapes or addresses. A buffer sized once from the run's budget keeps
 both: rollback and tree compaction become index moves inside it, and on a GPU a step whose tensors never move can
-be captured as a CUDA graph and replayed (decoders/graphs.py).
+be captured as a CUDA graph and replayed (decoders/runtime/graphs.py).
 
 The invariant every verb keeps: in each layer the valid slots are a prefix 0..length-1, and slot j holds position j
 of the committed sequence. A forward writes its tokens at slots length.. onwards. Then
@@ -20,7 +20,7 @@ A layer is read in one of two ways (what `update` returns to attention):
   frontier, the EAGLE head) use this, and so does every forward of kv_cache="static".
 - fixed: the whole buffer, `capacity` keys, with the forward's own 4-D mask hiding every slot that is not valid.
   Every forward of a given width then has one shape and one set of addresses, which is what a captured CUDA graph
-  replays (kv_cache="fixed"; decoders/graphs.py builds its inputs). The runner turns it on for its own forwards
+  replays (kv_cache="fixed"; decoders/runtime/graphs.py builds its inputs). The runner turns it on for its own forwards
   (`BufferCache.fixed_write`).
 """
 from __future__ import annotations
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 
-from .errors import OptionsError
+from ..errors import OptionsError
 
 KV_CACHES = ("auto", "dynamic", "static", "fixed")
-# Widths a fixed-shape forward is padded to (decoders/graphs.py captures one graph per width): a one-token step,
+# Widths a fixed-shape forward is padded to (decoders/runtime/graphs.py captures one graph per width): a one-token step,
 # then powers of two up to EAGLE-2's paper tree (M 59 + the root = 60 -> 64). Wider forwards (a prefill, a 100-node
 # tree) run at their own width, eagerly.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -64,6 +64,11 @@ class KVPlan:
     @property
     def fixed(self) -> bool:
         return self.kind == "fixed"
+
+    @property
+    def path(self) -> str:
+        """How the forwards go, for pricing them (decoders/costs.py PATHS): the kind, or "graphs" when replayed."""
+        return "graphs" if self.graphs and self.fixed else self.kind
 
     def capacity(self, widest: int) -> int:
         """Slots per layer for a model whose widest write after the committed tokens is `widest` tokens (a tree,
@@ -217,7 +222,7 @@ class BufferCache(Cache):
 
     @torch.inference_mode()  # the buffers were made under inference mode; in-place writes must be too
     def keep_path(self, block: int, keep: list[int]) -> None:
-        """decoders.cache.keep_path for buffers: a chain prefix is a length move, a tree path one gather per layer."""
+        """decoders.runtime.cache.keep_path for buffers: a chain prefix is a length move, a tree path one gather per layer."""
         if keep == list(range(len(keep))):
             for layer in self.layers:
                 layer.crop(-(block - len(keep)))

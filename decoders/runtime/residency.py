@@ -1,7 +1,7 @@
 """Which loaded models stay in memory: a budget, least-recently-used eviction, and holds by running decodes.
 
 Without this every (model, dtype) stayed resident for the life of the process: switching through the four models
-in both dtypes held 22.7 GB of a 24 GB machine. Now decoders/models.py asks `make_room` before and after each load;
+in both dtypes held 22.7 GB of a 24 GB machine. Now decoders/runtime/models.py asks `make_room` before and after each load;
 models that a running decode holds (api.stream holds its target and draft) are never evicted, and evicting one
 really returns its memory (gc, the CUDA cache, glibc's free lists) as long as nobody else keeps a reference.
 
@@ -39,20 +39,20 @@ Progress = Callable[[str], None]
 # ---------------------------------------------------------------- sizes and budgets
 
 def model_bytes(model: nn.Module) -> int:
-    """Bytes of a model's parameters, buffers and packed weights, each storage counted once (tied weights)."""
+    """Bytes of a model's parameters, buffers and packed weights: each storage once (tied weights), by its whole
+    size. A fused model's q/k/v (gate/up) are views of one joined storage (decoders/runtime/fused.py): counting the first
+    view's own size under-counted SmolLM2 by a quarter, and the budget admitted models that did not fit."""
     tensors = list(model.parameters()) + list(model.buffers())
     tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
-    seen, total = set(), 0
+    sizes = {}
     for tensor in tensors:
-        key = _storage_key(tensor)
-        if key not in seen:
-            seen.add(key)
-            total += tensor.numel() * tensor.element_size()
-    return total + _int8_bytes(model)
+        key, nbytes = _storage(tensor)
+        sizes[key] = nbytes
+    return sum(sizes.values()) + _int8_bytes(model)
 
 
 def _int8_bytes(model: nn.Module) -> int:
-    """int8 linears (decoders/kernels.py Int8Linear) keep their weights in packed params, not parameters (their bias
+    """int8 linears (decoders/runtime/kernels.py Int8Linear) keep their weights in packed params, not parameters (their bias
     and row sums are parameters and buffers, counted above)."""
     from .kernels import Int8Linear, is_int8
 
@@ -68,11 +68,13 @@ def _int8_bytes(model: nn.Module) -> int:
     return total
 
 
-def _storage_key(tensor: torch.Tensor):
+def _storage(tensor: torch.Tensor) -> tuple:
+    """(what identifies the tensor's storage, the storage's bytes)."""
     try:
-        return tensor.untyped_storage().data_ptr(), tensor.device
+        storage = tensor.untyped_storage()
+        return (storage.data_ptr(), tensor.device), storage.nbytes()
     except (RuntimeError, NotImplementedError):  # opaque layouts (oneDNN's packed weights) have no plain storage
-        return id(tensor)
+        return id(tensor), tensor.numel() * tensor.element_size()
 
 
 # A container's memory limit: cgroup v2's file, then v1's ("max", or v1's page-rounded 2^63, means no limit)

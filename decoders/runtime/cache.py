@@ -1,4 +1,4 @@
-"""KV-cache verbs over transformers' DynamicCache and SpecLab's static buffers (decoders/buffers.py): drop the
+"""KV-cache verbs over transformers' DynamicCache and SpecLab's static buffers (decoders/runtime/buffers.py): drop the
 newest entries, keep a verified tree path.
 
 Every forward appends its tokens at the end of each layer's valid entries (batch, kv_heads, seq, head_dim), so a
