@@ -159,7 +159,9 @@ def test_the_page_shows_the_opening_values():
     assert by_label["initial λ"]["value"] == lam_for(RESTING_LAM_RULE)
     assert by_label["initial λ"]["visible"] is False  # a tree has no draft-length rule, so no λ ...
     assert by_label["γ (draft length)"]["visible"] is False  # ... and no γ: its shape bounds its depth
-    assert by_label["K (children per expanded node)"]["visible"] is True
+    # the opening's own tree controls are shown, the others hidden
+    tree_k = "tree_k" in fields_in_use(OPENING.method, OPENING.drafter, OPENING.rule, OPENING.temperature)
+    assert by_label["K (children per expanded node)"]["visible"] is tree_k
     # Built with every drafter and rule (an API call is checked against the built choices and must reach the
     # options' own fix-it messages); the page narrows them on load to what the opening target can run.
     assert [c[0] for c in by_label["Drafter"]["choices"]] == list(DRAFTERS + TREE_DRAFTERS)

@@ -348,21 +348,30 @@ def test_split_characters_show_whole_and_stay_clickable(emoji_trace):
 
 def test_page_opens_on_a_tree_that_accepts_drafts():
     """Issue 12: the first page a visitor sees shows a tree, not a chain, and one that gets drafts accepted.
-    Issue 24: one where drafting pays (τ ≥ 3, not SmolLM2's weak head at τ 1.85), opened on a round where the tree
-    beats a chain of the draft's first choices."""
-    from app.tabs.generate.views import chain_gain, tree_beats_chain_round
+    Issue 24: one where drafting pays (τ ≥ 3). Issue 47.1: one that is faster than the baseline recorded beside it
+    at a glance (it read 1.10× before), opened on the round that shows why: where the tree beats a chain of the
+    draft's first choices, else the round that kept the most drafts for one target forward."""
+    from app.tabs.generate.controls import OPENING_BASELINE
+    from app.tabs.generate.views import chain_gain, most_accepted_round, tree_beats_chain_round
+    from decoders.registry import DRAFTERS, Family
 
     recorded = recorded_traces(RECORDED[0].parent)
     path = recorded[opening_trace(recorded)]
     assert path.name == OPENING_TRACE
     trace = read_trace_file(path)
-    assert (trace.options or {}).get("drafter") == "eagle2"
+    assert DRAFTERS[(trace.options or {}).get("drafter")].family == Family.TREE
     assert trace.totals["tau"] >= 3  # three or more tokens per target forward
+    baseline = read_trace_file(path.with_name(OPENING_BASELINE))
+    assert trace.totals["tokens_per_second"] >= 1.5 * baseline.totals["tokens_per_second"]
     shown = full_views(trace)
-    assert "EAGLE-2 grew" in shown["tree"].layout.title.text.replace("<br>", " ")
     assert SMALL_MODELS_NOTE in shown["legend"]
     index = tree_beats_chain_round(trace)
-    assert index is not None and shown_round(trace) == index and chain_gain(trace.rounds[index])[1] >= 2
+    if index is None:
+        index = most_accepted_round(trace)
+        assert trace.rounds[index].n_accepted >= 4  # several tokens for one target forward, at first sight
+    else:
+        assert chain_gain(trace.rounds[index])[1] >= 2
+    assert shown_round(trace) == index
 
 
 def test_opening_page_shows_one_round_everywhere():

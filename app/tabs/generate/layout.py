@@ -75,7 +75,8 @@ def time_split(trace) -> str:
     if not spent or not totals.get("tau"):
         return ""
     verify, draft = seconds.get("verify", 0.0) / spent, seconds.get("draft", 0.0) / spent
-    where = f"{verify:.0%} of the time in the target's checks" + (f", {draft:.0%} drafting" if draft >= 0.01 else "")
+    drafting = f"{draft:.0%} drafting" if draft >= 0.005 else "drafting under 1%"
+    where = f"{verify:.0%} of the time in the target's checks, {drafting}"
     return f"; τ {totals['tau']:.1f}, {where}"
 
 

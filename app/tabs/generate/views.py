@@ -51,8 +51,15 @@ def shown_round(trace: Trace) -> int:
     an interesting one once finished."""
     if not trace.stop_reason:
         return max(len(trace.rounds) - 1, 0)
-    beats = tree_beats_chain_round(trace) if is_tree_trace(trace) else None  # a tree opens where it beats a chain
-    return interesting_round(trace) if beats is None else beats
+    if not is_tree_trace(trace):
+        return interesting_round(trace)
+    beats = tree_beats_chain_round(trace)  # a tree opens where it beats a chain, else where it kept the most drafts
+    return most_accepted_round(trace) if beats is None else beats
+
+
+def most_accepted_round(trace: Trace) -> int:
+    """The round that kept the most drafts for its one target forward (ties: the earliest); 0 when none drafted."""
+    return max(trace.rounds, key=lambda r: (r.n_accepted, -r.index)).index if trace.rounds else 0
 
 
 def interesting_round(trace: Trace) -> int:
