@@ -62,8 +62,6 @@ def assert_answered(result: tuple, api_name: str) -> None:
 
 
 def test_the_space_venv_has_no_weight_wheels_and_has_whisper(space):
-    from space_env import ROOT  # noqa: F401  (the test runs app.py from the repository)
-
     venv = space_venv()
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "whisper").is_dir()  # openai-whisper is a Space dependency now
