@@ -1,0 +1,100 @@
+"""Count host reads: the Python calls that, on a GPU, make the host wait for the device (a sync) to read a value.
+
+Patched on torch.Tensor while a `HostReads` is active: item, tolist, cpu, numpy, __array__, the conversions
+bool/int/float/index/format of a tensor, torch.equal / allclose, and the ops whose output shape depends on the data
+(nonzero, unique, masked_select, indexing with a bool tensor), which sync on CUDA too. A `.cpu()` copy counts once:
+reading the copy afterwards (`.cpu().tolist()`) is host work. On the CPU every tensor is a
+host tensor, so the count is a ceiling: a read of a CPU-built helper tensor counts as if it lived on the device.
+
+`rounds(generator)` runs a decode generator (decoders/loop.run_rounds) and returns the reads of each round: those
+between two of its yields (the first round also holds the prefill and the last yield's `finally` none, so both are
+dropped; the table reports rounds 2..n).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+
+_METHODS = ("item", "tolist", "cpu", "numpy", "__array__", "__bool__", "__int__", "__float__", "__index__",
+            "__format__", "nonzero", "unique", "masked_select")
+_FUNCTIONS = ("equal", "allclose", "nonzero", "unique", "masked_select")
+
+
+class HostReads:
+    def __init__(self):
+        self.kinds: Counter = Counter()
+        self._depth = 0  # a read inside a read (format -> item) counts once
+
+    def take(self) -> Counter:
+        kinds, self.kinds = self.kinds, Counter()
+        return kinds
+
+    def _wrap(self, name: str, original):
+        counter = self
+
+        def counted(*args, **kwargs):
+            copied = args and getattr(args[0], "_host_copy", False)  # reading what .cpu() brought over: no sync
+            if counter._depth == 0 and not copied:
+                counter.kinds[name] += 1
+            counter._depth += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                counter._depth -= 1
+            if name == "cpu" and isinstance(out, torch.Tensor):
+                out = out.clone() if out is args[0] else out  # a CPU tensor's .cpu() is itself; a GPU's, a copy
+                out._host_copy = True
+            return out
+
+        return counted
+
+    def _wrap_getitem(self, original):
+        counter = self
+
+        def getitem(tensor, index):
+            parts = index if isinstance(index, tuple) else (index,)
+            if counter._depth == 0 and any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
+                counter.kinds["bool-index"] += 1
+            return original(tensor, index)
+
+        return getitem
+
+    @contextmanager
+    def active(self):
+        saved = {}
+        try:
+            for name in _METHODS:
+                saved[(torch.Tensor, name)] = getattr(torch.Tensor, name)
+                setattr(torch.Tensor, name, self._wrap(name, saved[(torch.Tensor, name)]))
+            for name in _FUNCTIONS:
+                saved[(torch, name)] = getattr(torch, name)
+                setattr(torch, name, self._wrap(f"torch.{name}", saved[(torch, name)]))
+            saved[(torch.Tensor, "__getitem__")] = torch.Tensor.__getitem__
+            torch.Tensor.__getitem__ = self._wrap_getitem(saved[(torch.Tensor, "__getitem__")])
+            yield self
+        finally:
+            for (owner, name), original in saved.items():
+                setattr(owner, name, original)
+
+
+def rounds(generator) -> list[Counter]:
+    """Drain a decode generator under counting; the reads of rounds 2..n, one Counter per round."""
+    counter = HostReads()
+    per_yield = []
+    with counter.active():
+        for _ in generator:
+            per_yield.append(counter.take())
+    return per_yield[1:]
+
+
+def table(rows: dict[str, list[Counter]]) -> str:
+    """drafter | rounds | most | mean | what the most-read round read."""
+    lines = [f"{'drafter':<22} {'rounds':>6} {'max':>5} {'mean':>6}  kinds (the worst round)"]
+    for name, counts in rows.items():
+        totals = [sum(c.values()) for c in counts] or [0]
+        worst = max(counts, key=lambda c: sum(c.values())) if counts else Counter()
+        kinds = ", ".join(f"{k} {v}" for k, v in worst.most_common())
+        lines.append(f"{name:<22} {len(counts):>6} {max(totals):>5} {sum(totals) / len(totals):>6.1f}  {kinds}")
+    return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""Host reads per round, counted on the CPU so a GPU round cannot quietly grow syncs (issue 46 item 3).
+
+Every drafter runs the one loop on tiny float32 models with recording on (the app's case); tests/host_reads.py
+counts the Python calls that would wait for a GPU (item, tolist, cpu, bool/int/float of a tensor, ...) between two
+rounds' yields. The EAGLE-head trees (EAGLE-2, DDD) must stay within 2 reads a round: one for the drafter (its
+tokens, parents and the trace's pool in one copy) and one for the verifier (decoders/readout.py). The others are held
+at today's counts, so a change can lower them but not raise them. `pytest -s` prints the table.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from host_reads import rounds, table
+from tree_helpers import PROMPTS
+
+from decoders import DecodeOptions
+from decoders.sampling import Warp
+
+LENGTH = 30
+ON_DEVICE: set[str] = set()  # the round on the device: at most this many reads a round
+DEVICE_READS = 2
+# Today's worst round per drafter (greedy, recording on); a drafter listed here may read no more than this.
+CEILINGS = {"none": 1, "draft-model": 9, "prompt-lookup": 1, "layer-skip": 9, "early-exit": 9, "prophet": 9,
+            "suffix": 1, "eagle1": 49, "eagle2": 21, "ddd": 11, "eagle1-head": 49, "eagle2-head": 21, "ddd-head": 4}
+
+
+@pytest.fixture(scope="module")
+def models():
+    from tiny import noisy_copy, tiny_llama
+
+    from decoders.eagle.head import EagleHead
+
+    target = tiny_llama(seed=5, layers=4)
+    torch.manual_seed(0)
+    return {"target": target, "draft": noisy_copy(target, noise=0.02), "head": EagleHead(target.model)}
+
+
+def _drafters(models) -> dict:
+    """name -> (runner -> drafter, the static rule's depth)."""
+    from decoders.drafters import DraftModelDrafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft, \
+        PromptLookupDrafter
+    from decoders.drafters.early_exit import EarlyExitDrafter
+    from decoders.drafters.prophet import ProphetDrafter
+    from decoders.drafters.suffix import Settings, SuffixDrafter
+    from decoders.drafters.tree_draft import TreeShape
+    from decoders.selfdraft.heads import ExitBlock, Prophet
+
+    target, draft, head = models["target"].model, models["draft"].model, models["head"]
+    eagle1, eagle2 = TreeShape.static(), TreeShape(k=3, steps=4, m=10)
+    ddd = TreeShape.ddd(k=3, m=12, checks=(2, 3), threshold=-1.0, steps=5, width=4)
+    torch.manual_seed(0)
+    prophet = Prophet(target, 1)
+    return {
+        "none": (lambda runner: NoDraft(), 4),
+        "draft-model": (lambda runner: DraftModelDrafter(draft), 4),
+        "prompt-lookup": (lambda runner: PromptLookupDrafter(3), 4),
+        "layer-skip": (lambda runner: LayerSkipDrafter(runner, [1]), 4),
+        "early-exit": (lambda runner: EarlyExitDrafter(runner, ExitBlock(target, 2)), 4),
+        "prophet": (lambda runner: ProphetDrafter(prophet, target.config.vocab_size), 4),
+        "suffix": (lambda runner: SuffixDrafter(Settings(24, 16, 2.0, 0.1)), 16),
+        "eagle1": (lambda runner: DynamicTreeDrafter(draft, eagle1), eagle1.steps),
+        "eagle2": (lambda runner: DynamicTreeDrafter(draft, eagle2), eagle2.steps),
+        "ddd": (lambda runner: DynamicTreeDrafter(draft, ddd, name="ddd"), ddd.steps),
+        "eagle1-head": (lambda runner: EagleTreeDrafter(head, eagle1, name="eagle1-head"), eagle1.steps),
+        "eagle2-head": (lambda runner: EagleTreeDrafter(head, eagle2), eagle2.steps),
+        "ddd-head": (lambda runner: EagleTreeDrafter(head, ddd, name="ddd-head"), ddd.steps),
+    }
+
+
+def _counted(lm, make, depth: int, warp: Warp):
+    from decoders import api
+    from decoders.loop import run_rounds
+    from decoders.recorder import TraceBuilder
+    from decoders.rules import StaticRule
+    from decoders.runner import CachedModel
+
+    options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
+    builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
+    runner = CachedModel(lm.model)
+    generator = run_rounds(runner, make(runner), StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
+                           torch.Generator().manual_seed(0), builder)
+    return rounds(generator)
+
+
+def test_host_reads_per_round(models):
+    counts = {name: _counted(models["target"], make, depth, Warp(0.0))
+              for name, (make, depth) in _drafters(models).items()}
+    print("\nhost reads per round (greedy, recording on, rounds 2..n)\n" + table(counts))
+    worst = {name: max((sum(c.values()) for c in rows), default=0) for name, rows in counts.items()}
+    assert all(counts[name] for name in ON_DEVICE), "each on-device drafter ran at least two rounds"
+    for name in ON_DEVICE:
+        assert worst[name] <= DEVICE_READS, (name, worst[name], counts[name])
+    over = {name: (worst[name], CEILINGS[name]) for name in worst if worst[name] > CEILINGS[name]}
+    assert not over, f"more host reads a round than before (now, ceiling): {over}"
+
+
+def test_the_counter_sees_each_kind_of_read():
+    from host_reads import HostReads
+
+    t = torch.arange(4)
+    counter = HostReads()
+    with counter.active():
+        t.tolist(), t[0].item(), int(t[1]), float(t[2]), bool(t[3]), t.cpu(), [0, 1][t[1]], t[t > 1], t.nonzero()
+        torch.equal(t, t)
+    assert set(counter.take()) == {"tolist", "item", "__int__", "__float__", "__bool__", "cpu", "__index__",
+                                   "bool-index", "nonzero", "torch.equal"}
+    assert int(t[1]) == 1 and not counter.kinds  # restored after the block: nothing counted outside
