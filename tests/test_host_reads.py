@@ -83,7 +83,10 @@ def _counted(lm, make, depth: int, warp: Warp):
     return rounds(generator)
 
 
-def test_host_reads_per_round(models):
+def test_host_reads_per_round(models, monkeypatch):
+    from decoders.drafters import device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())  # DDD as on a GPU: no read at its checks
     counts = {name: _counted(models["target"], make, depth, Warp(0.0))
               for name, (make, depth) in _drafters(models).items()}
     print("\nhost reads per round (greedy, recording on, rounds 2..n)\n" + table(counts))

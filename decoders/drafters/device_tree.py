@@ -9,8 +9,9 @@ round never waits for the device until the tree is done:
   ancestors   each node's row of draft slots (in feeding order) that hold an ancestor: a child's is its parent's
               plus the parent's own slot, so the tree mask of the next forward is a concatenation, no Python loop
   DDD stop    H = logsumexp of the frontier's values, compared on the device: once H < x a flag marks every later
-              node invalid. The remaining steps still run (the host cannot stop them without waiting), their nodes
-              are dropped when read; rounds that do not stop cost the same as before
+              node invalid. On an accelerator the remaining steps still run (the host cannot stop them without
+              waiting) and their nodes are dropped when read; on the CPU, where reading a flag waits for nothing,
+              growth stops at the check (STOPS_READ_ON), as the host engine did
   rerank      the M best valid nodes by one stable sort (pool ids ascend with depth, so ties go to the shallower,
               earlier node), their tree parents by one scatter; the chosen ids come back sorted (parents first)
   the read    chosen tokens, tree parents, log q and validity, the steps' stop flags and DDD's H values, and with
@@ -27,6 +28,8 @@ from typing import Callable
 import torch
 
 from ..tree import DraftTree, Flavor
+
+STOPS_READ_ON = frozenset({"cpu"})  # device types whose DDD stop flag is read at the check (no sync to wait for)
 
 
 @dataclass
@@ -103,6 +106,8 @@ def grow_on_device(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.T
             h = torch.logsumexp(values[local].float(), 0)  # () float32, as the host engine's torch.tensor(list)
             alive = alive & ~(h.double() < shape.threshold)  # () compared in float64, as Python compared
             growth.checks.append((step, h))
+            if device.type in STOPS_READ_ON and not alive:
+                break  # the CPU: stop here, as the host engine did (DeviceGrowth.read finds the check)
         if keep_growing is not None and not _worth_a_step(growth, local, alive, keep_growing):
             break
         frontier = Frontier(ids[local], growth.tokens[-1][local], rows[local], seen[local], step - 1, fed)
