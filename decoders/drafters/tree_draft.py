@@ -135,9 +135,10 @@ def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], .
             growth.forwards += 1
             rows = {path: parents.index(pool_id) for path, pool_id in node_of.items() if pool_id in parents}
         ranked = torch.topk(logq, max(p[-1] for p in level) + 1, dim=-1)  # values, indices: (F, R)
+        values, tokens = _level_read(ranked)  # (F, R) lists: one read a level, not two a node
         for path in level:
             row = rows[path[:-1]]
-            log_q, token = float(ranked.values[row, path[-1]]), int(ranked.indices[row, path[-1]])
+            log_q, token = values[row][path[-1]], tokens[row][path[-1]]
             parent = node_of.get(path[:-1], -1)
             base = growth.pool[parent].log_value if parent >= 0 else 0.0
             growth.pool.append(PoolNode(parent=parent, token=token, log_value=base + log_q, log_q=log_q, depth=depth,
@@ -147,6 +148,13 @@ def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], .
         growth.steps = depth
     growth.stop = "depth" if depth_cap == max(len(p) for p in paths) else "budget"
     return growth
+
+
+def _level_read(ranked) -> tuple[list[list[float]], list[list[int]]]:
+    """A level's ranked candidates on the host: log q (as the doubles float() made) and token ids, (F, R) each."""
+    rows = ranked.values.shape[0]
+    host = torch.cat([ranked.values.double(), ranked.indices.double()]).cpu().tolist()  # (2F, R)
+    return host[:rows], [[int(t) for t in row] for row in host[rows:]]
 
 
 def _static_frontier(parents: list[int], pool: list[PoolNode], fed_before: list[int], slots: dict[int, int],
