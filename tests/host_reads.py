@@ -6,9 +6,10 @@ bool/int/float/index/format of a tensor, torch.equal / allclose, and the ops who
 reading the copy afterwards (`.cpu().tolist()`) is host work. On the CPU every tensor is a
 host tensor, so the count is a ceiling: a read of a CPU-built helper tensor counts as if it lived on the device.
 
-`rounds(generator)` runs a decode generator (decoders/loop.run_rounds) and returns the reads of each round: those
-between two of its yields (the first round also holds the prefill and the last yield's `finally` none, so both are
-dropped; the table reports rounds 2..n).
+`rounds(generator, counter)` runs a decode generator (decoders/loop.run_rounds) and returns the reads of each round:
+those between two of its yields (the first round also holds the prefill and the last yield's `finally` none, so both
+are dropped; the table reports rounds 2..n). Reads made inside the drafter's propose (`counter.drafting()`) are
+counted as "draft:<kind>", so a table row says what the drafter read apart from the verifier.
 """
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ class HostReads:
     def __init__(self):
         self.kinds: Counter = Counter()
         self._depth = 0  # a read inside a read (format -> item) counts once
+        self.prefix = ""  # "draft:" while a drafter proposes (`drafting`): its reads apart from the verifier's
+
+    @contextmanager
+    def drafting(self):
+        self.prefix = "draft:"
+        try:
+            yield
+        finally:
+            self.prefix = ""
 
     def take(self) -> Counter:
         kinds, self.kinds = self.kinds, Counter()
@@ -37,7 +47,7 @@ class HostReads:
         def counted(*args, **kwargs):
             copied = args and getattr(args[0], "_host_copy", False)  # reading what .cpu() brought over: no sync
             if counter._depth == 0 and not copied:
-                counter.kinds[name] += 1
+                counter.kinds[counter.prefix + name] += 1
             counter._depth += 1
             try:
                 out = original(*args, **kwargs)
@@ -56,7 +66,7 @@ class HostReads:
         def getitem(tensor, index):
             parts = index if isinstance(index, tuple) else (index,)
             if counter._depth == 0 and any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
-                counter.kinds["bool-index"] += 1
+                counter.kinds[counter.prefix + "bool-index"] += 1
             return original(tensor, index)
 
         return getitem
@@ -79,9 +89,8 @@ class HostReads:
                 setattr(owner, name, original)
 
 
-def rounds(generator) -> list[Counter]:
+def rounds(generator, counter: HostReads) -> list[Counter]:
     """Drain a decode generator under counting; the reads of rounds 2..n, one Counter per round."""
-    counter = HostReads()
     per_yield = []
     with counter.active():
         for _ in generator:
@@ -89,12 +98,19 @@ def rounds(generator) -> list[Counter]:
     return per_yield[1:]
 
 
+def reads(counts: Counter, drafting: bool = False) -> int:
+    """A round's reads: all of them, or the drafter's alone."""
+    return sum(n for kind, n in counts.items() if kind.startswith("draft:") or not drafting)
+
+
 def table(rows: dict[str, list[Counter]]) -> str:
-    """drafter | rounds | most | mean | what the most-read round read."""
-    lines = [f"{'drafter':<22} {'rounds':>6} {'max':>5} {'mean':>6}  kinds (the worst round)"]
+    """drafter | rounds | most reads a round (all, the drafter's) | mean | what the most-read round read."""
+    lines = [f"{'drafter':<14} {'rounds':>6} {'max':>4} {'draft':>5} {'mean':>5}  kinds in the worst round"]
     for name, counts in rows.items():
-        totals = [sum(c.values()) for c in counts] or [0]
-        worst = max(counts, key=lambda c: sum(c.values())) if counts else Counter()
-        kinds = ", ".join(f"{k} {v}" for k, v in worst.most_common())
-        lines.append(f"{name:<22} {len(counts):>6} {max(totals):>5} {sum(totals) / len(totals):>6.1f}  {kinds}")
+        totals = [reads(c) for c in counts] or [0]
+        drafted = [reads(c, drafting=True) for c in counts] or [0]
+        worst = max(counts, key=reads) if counts else Counter()
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(worst.items()))
+        lines.append(f"{name:<14} {len(counts):>6} {max(totals):>4} {max(drafted):>5} "
+                     f"{sum(totals) / len(totals):>5.1f}  {kinds}")
     return "\n".join(lines)

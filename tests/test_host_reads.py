@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from host_reads import rounds, table
+from host_reads import HostReads, reads, rounds, table
 from tree_helpers import PROMPTS
 
 from decoders import DecodeOptions
@@ -79,9 +79,17 @@ def _counted(lm, make, depth: int, warp: Warp):
     options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
     runner = CachedModel(lm.model)
-    generator = run_rounds(runner, make(runner), StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
+    counter, drafter = HostReads(), make(runner)
+    propose = drafter.propose
+
+    def counted_propose(*args, **kwargs):
+        with counter.drafting():
+            return propose(*args, **kwargs)
+
+    drafter.propose = counted_propose
+    generator = run_rounds(runner, drafter, StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
                            torch.Generator().manual_seed(0), builder)
-    return rounds(generator)
+    return rounds(generator, counter)
 
 
 def test_host_reads_per_round(models, monkeypatch):
@@ -91,7 +99,7 @@ def test_host_reads_per_round(models, monkeypatch):
     counts = {name: _counted(models["target"], make, depth, Warp(0.0))
               for name, (make, depth) in _drafters(models).items()}
     print("\nhost reads per round (greedy, recording on, rounds 2..n)\n" + table(counts))
-    worst = {name: max((sum(c.values()) for c in rows), default=0) for name, rows in counts.items()}
+    worst = {name: max((reads(c) for c in rows), default=0) for name, rows in counts.items()}
     assert all(counts[name] for name in ON_DEVICE), "each on-device drafter ran at least two rounds"
     for name in ON_DEVICE:
         assert worst[name] <= DEVICE_READS, (name, worst[name], counts[name])
@@ -110,3 +118,16 @@ def test_the_counter_sees_each_kind_of_read():
     assert set(counter.take()) == {"tolist", "item", "__int__", "__float__", "__bool__", "cpu", "__index__",
                                    "bool-index", "nonzero", "torch.equal"}
     assert int(t[1]) == 1 and not counter.kinds  # restored after the block: nothing counted outside
+
+
+def test_host_reads_per_round_sampled(models, monkeypatch):
+    """At temperature 1 verification reads its draws node by node (decoders/verify.py) and the chains sample token
+    by token; the dynamic trees still draft with their one read (their candidates are top-k, not sampled)."""
+    from decoders.drafters import device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    counts = {name: _counted(models["target"], make, depth, Warp(1.0))
+              for name, (make, depth) in _drafters(models).items()}
+    print("\nhost reads per round (temperature 1, recording on, rounds 2..n)\n" + table(counts))
+    for name in ("eagle2-head", "ddd-head", "eagle2", "ddd"):
+        assert max(reads(c, drafting=True) for c in counts[name]) == 1, (name, counts[name])  # 0: a budget-cut round
