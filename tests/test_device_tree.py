@@ -105,7 +105,7 @@ def _check_frontiers(fed, pool):
                     up = pool[up].parent
                 assert [s for s, pid in enumerate(slots) if pid in ancestors] == \
                        frontier.seen[row].nonzero().flatten().tolist()
-                expected_row = previous.index(pool[node].parent) if pool[node].parent >= 0 else -1
+                expected_row = previous.index(pool[node].parent) if pool[node].parent >= 0 else 0  # the root's row
                 assert int(frontier.rows[row]) == expected_row
         slots += ids
         previous = ids

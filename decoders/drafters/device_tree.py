@@ -14,7 +14,7 @@ round never waits for the device until the tree is done:
               growth stops at the check (STOPS_READ_ON), as the host engine did
   rerank      the M best valid nodes by one stable sort (pool ids ascend with depth, so ties go to the shallower,
               earlier node), their tree parents by one scatter; the chosen ids come back sorted (parents first)
-  the read    chosen tokens, tree parents, log q and validity, the steps' stop flags and DDD's H values, and with
+  the read    chosen tokens, tree parents, log q and (DDD) validity and H values, and with
               recording the whole pool and the frontiers: one float64 tensor, one .cpu() (ids are exact below 2^53)
 A rule that prices trees (the cost controller, decoders/controller.py) decides between steps from the values, so
 its runs read the values once a step; the default rules read nothing until the end.
@@ -38,7 +38,7 @@ class Frontier:
 
     ids: torch.Tensor  # (F,) pool ids, best first
     tokens: torch.Tensor  # (F,) their tokens
-    rows: torch.Tensor  # (F,) each node's parent's row in the previous expansion's output (-1: the root's child)
+    rows: torch.Tensor  # (F,) each node's parent's row in the previous expansion's output (0 for the root's children)
     seen: torch.Tensor  # (F, fed) bool: which of this round's draft slots (in feeding order) hold an ancestor
     depth: int  # the nodes' depth (1: children of the root)
     fed: int  # draft slots filled before this forward: its nodes take slots fed .. fed + F - 1
@@ -75,33 +75,35 @@ class DeviceGrowth:
     def size(self) -> int:
         return sum(t.shape[0] for t in self.tokens)
 
-    def add(self, parents, tokens, log_q, log_value, alive) -> torch.Tensor:
-        """Append one step's nodes; returns their pool ids (n,)."""
+    def add(self, parents, tokens, log_q, log_value, alive) -> int:
+        """Append one step's nodes (n,) each; returns the pool id of the first."""
         start = self.size
         self.parents.append(parents), self.tokens.append(tokens)
         self.log_q.append(log_q), self.log_value.append(log_value), self.alive.append(alive)
-        return torch.arange(start, start + tokens.shape[0], device=tokens.device)  # (n,)
+        return start
 
 
+@torch.inference_mode()  # no autograd bookkeeping: on the CPU each of these small ops costs its dispatch
 def grow_on_device(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.Tensor], shape, max_depth: int,
                    keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> DeviceGrowth:
     """Grow EAGLE-2's (or DDD's) pool. root_logq (V,) draft log-probs after the root; expand(frontier) -> (F, V)
     log-probs after each frontier node (one draft forward). keep_growing: a pricing rule's test before each step
-    (it reads the values: one host read a step)."""
+    (it reads the values: one host read a step). A step's children sit row by row (K per frontier node), so a
+    child's parent row is its index // K: no per-node bookkeeping."""
     device = root_logq.device
     growth = DeviceGrowth(threshold=shape.threshold)
     k = min(shape.k, root_logq.shape[-1])
     top = torch.topk(root_logq, k)  # values, indices: (K,)
     log_q = top.values.double()  # (K,)
     alive = torch.ones((), dtype=torch.bool, device=device)  # ()
-    ids = growth.add(torch.full((k,), -1, device=device), top.indices, log_q, log_q, alive)  # (K,)
-    seen = torch.zeros(k, 0, dtype=torch.bool, device=device)  # (K, 0): no draft slot fed yet
-    rows = torch.full((k,), -1, device=device)  # (K,)
-    local = _best(log_q, shape.beam)  # (F,)
-    growth.frontiers.append(ids[local])
+    start = growth.add(torch.full((k,), -1, device=device), top.indices, log_q, log_q, alive)
+    seen = torch.zeros(1, 0, dtype=torch.bool, device=device)  # (rows of the last forward, fed): the root's, empty
+    kids, eyes = k, {}  # children per row of the last forward; (F, F) identities by size
+    local = _best(log_q, shape.beam)  # (F,) the frontier among the last step's nodes
+    growth.frontiers.append(local + start)
     fed, depth_cap = 0, min(shape.steps, max_depth)
     for step in range(2, depth_cap + 1):
-        values = growth.log_value[-1]  # (n,) the last step's nodes; the frontier is among them
+        values = growth.log_value[-1]  # (n,) the last step's nodes
         if step in shape.checks:
             h = torch.logsumexp(values[local].float(), 0)  # () float32, as the host engine's torch.tensor(list)
             alive = alive & ~(h.double() < shape.threshold)  # () compared in float64, as Python compared
@@ -110,20 +112,22 @@ def grow_on_device(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.T
                 break  # the CPU: stop here, as the host engine did (DeviceGrowth.read finds the check)
         if keep_growing is not None and not _worth_a_step(growth, local, alive, keep_growing):
             break
-        frontier = Frontier(ids[local], growth.tokens[-1][local], rows[local], seen[local], step - 1, fed)
+        rows = local // kids  # (F,) each node's parent's row in the last forward (0: the root)
+        frontier = Frontier(local + start, growth.tokens[-1][local], rows, seen[rows], step - 1, fed)
         logq = expand(frontier)  # (F, V)
         growth.forwards += 1
         top = torch.topk(logq, min(shape.k, logq.shape[-1]), dim=-1)  # values, indices: (F, K)
-        kids = top.indices.shape[-1]
-        log_q = top.values.double().flatten()  # (F·K,)
-        base = values[local].repeat_interleave(kids)  # (F·K,) each child's parent's value
-        ids = growth.add(frontier.ids.repeat_interleave(kids), top.indices.flatten(), log_q, base + log_q, alive)
-        eye = torch.eye(frontier.size, dtype=torch.bool, device=device)  # (F, F): each node's own slot
-        seen = torch.cat([frontier.seen, eye], dim=1).repeat_interleave(kids, dim=0)  # (F·K, fed + F)
-        rows = torch.arange(frontier.size, device=device).repeat_interleave(kids)  # (F·K,)
-        fed += frontier.size
+        n, kids = top.indices.shape
+        log_q = top.values.double()  # (F, K)
+        start = growth.add(frontier.ids[:, None].expand(n, kids).reshape(-1), top.indices.reshape(-1),
+                           log_q.reshape(-1), (values[local][:, None] + log_q).reshape(-1), alive)  # (F·K,) each
+        eye = eyes.get(n)
+        if eye is None:
+            eye = eyes[n] = torch.eye(n, dtype=torch.bool, device=device)  # (F, F): each node's own slot
+        seen = torch.cat([frontier.seen, eye], dim=1)  # (F, fed + F): what each row's children see above them
+        fed += n
         local = _best(growth.log_value[-1], shape.beam)  # (F',)
-        growth.frontiers.append(ids[local])
+        growth.frontiers.append(local + start)
     else:
         growth.stop = "budget" if depth_cap < shape.steps else "depth"
     return growth
@@ -163,13 +167,15 @@ class ReadGrowth:
     frontiers: list[list[int]] | None
 
 
+@torch.inference_mode()
 def read(growth: DeviceGrowth, pending: int, m: int, record: bool, rule=None) -> ReadGrowth:
     """Rerank to the M best valid nodes on the device and bring the round back in one copy (two with a rule that
     prices trees: it sizes M from the sorted values first)."""
     log_value = torch.cat(growth.log_value)  # (P,)
     device, total = log_value.device, log_value.shape[0]
-    valid = torch.cat([a.expand(t.shape[0]) for a, t in zip(growth.alive, growth.tokens)])  # (P,) bool
-    key = log_value.masked_fill(~valid, -math.inf)  # (P,) a stopped step's nodes rank last
+    checked = bool(growth.checks)  # DDD flags exist only after a check; EAGLE-2's nodes are all valid
+    valid = torch.cat([a.expand(t.shape[0]) for a, t in zip(growth.alive, growth.tokens)]) if checked else None  # (P,)
+    key = log_value.masked_fill(~valid, -math.inf) if checked else log_value  # (P,) a stopped step's nodes last
     order = torch.sort(key, descending=True, stable=True).indices  # (P,)
     if rule is not None and rule.prices_trees:
         m = _priced_size(key[order], growth.forwards, m, rule)
@@ -179,10 +185,14 @@ def read(growth: DeviceGrowth, pending: int, m: int, record: bool, rule=None) ->
     index = torch.zeros(total, dtype=torch.long, device=device)  # (P,) pool id -> tree node (0: not sent)
     index[chosen] = torch.arange(1, m + 1, device=device)
     under = torch.where(parents < 0, 0, index[parents.clamp_min(0)])  # (M,) each parent's tree node (root: 0)
-    lost = ((parents >= 0) & (under == 0) & valid[chosen]).sum()  # () ancestors missing from the set: never
+    lost = (parents >= 0) & (under == 0)  # (M,) a sent node whose parent was not sent: never
     tokens = torch.cat(growth.tokens)  # (P,)
-    parts = [tokens[chosen], under, torch.cat(growth.log_q)[chosen], valid[chosen], chosen, lost[None],
-             torch.stack(growth.alive)] + [h[None] for _, h in growth.checks]
+    parts = [tokens[chosen], under, torch.cat(growth.log_q)[chosen], chosen]
+    if checked:
+        parts += [(lost & valid[chosen]).sum()[None], valid[chosen]]
+        parts += [h[None] for _, h in growth.checks]
+    else:
+        parts.append(lost.sum()[None])
     if record:
         parts += [torch.cat(growth.parents), tokens, log_value] + growth.frontiers
     host = torch.cat([p.double() for p in parts]).cpu().tolist()  # the drafter's one device-to-host copy
@@ -197,15 +207,17 @@ def _priced_size(ranked: torch.Tensor, forwards: int, m: int, rule) -> int:
 
 def _unpack(growth: DeviceGrowth, host: list[float], pending: int, m: int, record: bool, total: int) -> ReadGrowth:
     cut = _Cursor(host)
-    tokens, under, log_q, valid, chosen = (cut.take(m) for _ in range(5))
+    tokens, under, log_q, chosen = (cut.take(m) for _ in range(4))
     assert cut.take(1) == [0.0], "rerank lost an ancestor"
-    alive, heights = cut.take(len(growth.alive)), cut.take(len(growth.checks))
+    checked = bool(growth.checks)
+    valid = cut.take(m) if checked else [1.0] * m
+    heights = cut.take(len(growth.checks))
     sent = int(sum(valid))  # a stopped step's nodes sort last by value and by id: the tail
     tree = DraftTree(tokens=[pending] + [int(t) for t in tokens[:sent]], parents=[-1] + [int(u) for u in under[:sent]],
                      flavor=Flavor.DETERMINISTIC, q_token=[None] + [math.exp(v) for v in log_q[:sent]])
     first = _first_stop(growth, heights)  # a check inside the steps grown (or just before the next, when a pricing
-    stopped = first <= len(alive) + 1  # rule's read found it) stopped DDD; later steps' nodes were marked invalid
-    steps, stop = (first - 1, "ddd") if stopped else (len(alive), growth.stop)
+    grown = len(growth.tokens)  # rule's read found it) stopped DDD; later steps' nodes were marked invalid
+    steps, stop = (first - 1, "ddd") if first <= grown + 1 else (grown, growth.stop)
     ddd = [{"step": step, "H": h, "x": growth.threshold, "stop": h < growth.threshold}
            for (step, _), h in zip(growth.checks, heights) if step <= steps + 1]
     pool = frontiers = None

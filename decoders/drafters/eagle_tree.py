@@ -52,11 +52,11 @@ class EagleTreeDrafter(Drafter):
         if limit <= 0:
             return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.BUDGET)
         context = kv.length(self.cache)  # committed pairs; draft pairs go after them and are dropped after
-        last = [self.root_hidden[None]]  # (F, d) the previous forward's guessed features, by frontier row
+        last = [self.root_hidden[None]]  # (rows, d) the previous forward's guessed features (first: the root's)
 
         def expand(frontier: Frontier) -> torch.Tensor:
             # each node's pair: (its parent's guessed feature, its token); the root's children read the root's guess
-            feats = self.root_hidden.expand(frontier.size, -1) if frontier.depth == 1 else last[0][frontier.rows]
+            feats = last[0][frontier.rows]  # (F, d)
             hidden, logits = self._frontier_forward(frontier, feats[None], context)  # (F, d), (F, V|N)
             last[0] = hidden
             return self._full_vocab(draft_log_probs(logits, warp))  # (F, V)

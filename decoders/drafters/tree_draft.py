@@ -166,7 +166,7 @@ def _static_frontier(parents: list[int], pool: list[PoolNode], fed_before: list[
         while ancestor != -1:
             seen[row, slots[ancestor]] = True
             ancestor = pool[ancestor].parent
-    rows = [fed_before.index(pool[i].parent) if pool[i].parent >= 0 else -1 for i in parents]
+    rows = [fed_before.index(pool[i].parent) if pool[i].parent >= 0 else 0 for i in parents]  # 0: the root's row
     as_tensor = functools.partial(torch.tensor, device=device)
     return Frontier(as_tensor(parents), as_tensor([pool[i].token for i in parents]), as_tensor(rows),
                     seen.to(device), pool[parents[0]].depth, len(slots))
