@@ -9,7 +9,9 @@ host tensor, so the count is a ceiling: a read of a CPU-built helper tensor coun
 `rounds(generator, counter)` runs a decode generator (decoders/loop.run_rounds) and returns the reads of each round:
 those between two of its yields (the first round also holds the prefill and the last yield's `finally` none, so both
 are dropped; the table reports rounds 2..n). Reads made inside the drafter's propose (`counter.drafting()`) are
-counted as "draft:<kind>", so a table row says what the drafter read apart from the verifier.
+counted as "draft:<kind>", so a table row says what the drafter read apart from the verifier. Tensors built from Python
+data (torch.tensor / as_tensor of a list: a host-to-device copy on a GPU, which waits too) are counted as uploads,
+apart from the reads, and only reported.
 """
 from __future__ import annotations
 
@@ -71,6 +73,16 @@ class HostReads:
 
         return getitem
 
+    def _wrap_upload(self, original):
+        counter = self
+
+        def upload(data, *args, **kwargs):
+            if counter._depth == 0 and not isinstance(data, torch.Tensor):
+                counter.kinds[counter.prefix + "upload"] += 1
+            return original(data, *args, **kwargs)
+
+        return upload
+
     @contextmanager
     def active(self):
         saved = {}
@@ -81,6 +93,9 @@ class HostReads:
             for name in _FUNCTIONS:
                 saved[(torch, name)] = getattr(torch, name)
                 setattr(torch, name, self._wrap(f"torch.{name}", saved[(torch, name)]))
+            for name in ("tensor", "as_tensor"):  # a tensor built from Python data: on a GPU, a host-to-device copy
+                saved[(torch, name)] = getattr(torch, name)
+                setattr(torch, name, self._wrap_upload(saved[(torch, name)]))
             saved[(torch.Tensor, "__getitem__")] = torch.Tensor.__getitem__
             torch.Tensor.__getitem__ = self._wrap_getitem(saved[(torch.Tensor, "__getitem__")])
             yield self
@@ -98,19 +113,22 @@ def rounds(generator, counter: HostReads) -> list[Counter]:
     return per_yield[1:]
 
 
-def reads(counts: Counter, drafting: bool = False) -> int:
-    """A round's reads: all of them, or the drafter's alone."""
-    return sum(n for kind, n in counts.items() if kind.startswith("draft:") or not drafting)
+def reads(counts: Counter, drafting: bool = False, kind: str = "read") -> int:
+    """A round's reads (or uploads): all of them, or the drafter's alone."""
+    return sum(n for name, n in counts.items() if (name.startswith("draft:") or not drafting)
+               and (name.endswith("upload") == (kind == "upload")))
 
 
 def table(rows: dict[str, list[Counter]]) -> str:
     """drafter | rounds | most reads a round (all, the drafter's) | mean | what the most-read round read."""
-    lines = [f"{'drafter':<14} {'rounds':>6} {'max':>4} {'draft':>5} {'mean':>5}  kinds in the worst round"]
+    lines = [f"{'drafter':<14} {'rounds':>6} {'max':>4} {'draft':>5} {'mean':>5} {'uploads':>7}  the worst round (uploads: all/draft)"]
     for name, counts in rows.items():
         totals = [reads(c) for c in counts] or [0]
         drafted = [reads(c, drafting=True) for c in counts] or [0]
+        uploads = f"{max((reads(c, kind='upload') for c in counts), default=0)}/" \
+                  f"{max((reads(c, True, 'upload') for c in counts), default=0)}"  # all / the drafter's
         worst = max(counts, key=reads) if counts else Counter()
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(worst.items()))
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(worst.items()) if not k.endswith("upload"))
         lines.append(f"{name:<14} {len(counts):>6} {max(totals):>4} {max(drafted):>5} "
-                     f"{sum(totals) / len(totals):>5.1f}  {kinds}")
+                     f"{sum(totals) / len(totals):>5.1f} {uploads:>7}  {kinds}")
     return "\n".join(lines)

@@ -114,9 +114,11 @@ def test_the_counter_sees_each_kind_of_read():
     counter = HostReads()
     with counter.active():
         t.tolist(), t[0].item(), int(t[1]), float(t[2]), bool(t[3]), t.cpu(), [0, 1][t[1]], t[t > 1], t.nonzero()
-        torch.equal(t, t)
-    assert set(counter.take()) == {"tolist", "item", "__int__", "__float__", "__bool__", "cpu", "__index__",
-                                   "bool-index", "nonzero", "torch.equal"}
+        torch.equal(t, t), torch.tensor([1, 2]), torch.as_tensor(t)
+    kinds = counter.take()
+    assert set(kinds) == {"tolist", "item", "__int__", "__float__", "__bool__", "cpu", "__index__", "bool-index",
+                          "nonzero", "torch.equal", "upload"}
+    assert (reads(kinds), reads(kinds, kind="upload")) == (10, 1)  # a tensor passed to as_tensor is no upload
     assert int(t[1]) == 1 and not counter.kinds  # restored after the block: nothing counted outside
 
 

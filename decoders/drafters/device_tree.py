@@ -10,8 +10,9 @@ round never waits for the device until the tree is done:
               plus the parent's own slot, so the tree mask of the next forward is a concatenation, no Python loop
   DDD stop    H = logsumexp of the frontier's values, compared on the device: once H < x a flag marks every later
               node invalid. On an accelerator the remaining steps still run (the host cannot stop them without
-              waiting) and their nodes are dropped when read; on the CPU, where reading a flag waits for nothing,
-              growth stops at the check (STOPS_READ_ON), as the host engine did
+              waiting) and their nodes are dropped when read (their forwards still count: the draft cost paid);
+              on the CPU, where reading a flag waits for nothing, growth stops at the check (STOPS_READ_ON), as
+              the host engine did
   rerank      the M best valid nodes by one stable sort (pool ids ascend with depth, so ties go to the shallower,
               earlier node), their tree parents by one scatter; the chosen ids come back sorted (parents first)
   the read    chosen tokens, tree parents, log q and (DDD) validity and H values, and with
