@@ -15,6 +15,7 @@ from tree_helpers import BOUND, LENGTHS, PROMPT, PROMPTS, RUNS, TREES, baseline_
 from chi_square import chi_square_pvalue
 from decoders import DecodeOptions, OptionsError, generate
 from decoders import verify as core
+from decoders.drafters.device_tree import read
 from decoders.drafters.tree_draft import PoolNode, TreeShape, grow, rerank
 from decoders.sampling import Warp
 from decoders.trace import Trace
@@ -151,31 +152,36 @@ def _peaked_root(v: int = 16) -> torch.Tensor:
     return torch.log_softmax(torch.linspace(0, 3, v), 0)  # (V,)
 
 
+def _grown(shape, expand, max_depth=64):
+    """Grow on the device and read it back as the trace would (recording on)."""
+    return read(grow(_peaked_root(), expand, shape, max_depth=max_depth), 0, shape.m, record=True)
+
+
 def test_ddd_checks_confidence_only_at_its_steps():
     calls = []
 
-    def expand(frontier, pool):
-        calls.append(len(frontier))
-        return torch.log_softmax(torch.linspace(0, 3, 16), 0).expand(len(frontier), 16)  # (F, V)
+    def expand(frontier):
+        calls.append(frontier.size)
+        return torch.log_softmax(torch.linspace(0, 3, 16), 0).expand(frontier.size, 16)  # (F, V)
 
-    shape = TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=-math.inf, steps=11, width=3)
-    growth = grow(_peaked_root(), expand, shape, max_depth=64)
+    growth = _grown(TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=-math.inf, steps=11, width=3), expand)
     assert [c["step"] for c in growth.ddd] == [5, 7, 9] and growth.steps == 11 and len(calls) == 10
     for check in growth.ddd:  # H = logsumexp of the frontier's cumulative log-probabilities before that step
         frontier = growth.frontiers[check["step"] - 2]
-        expected = float(torch.logsumexp(torch.tensor([growth.pool[i].log_value for i in frontier]), 0))
+        expected = float(torch.logsumexp(torch.tensor([math.log(growth.pool[i]["value"]) for i in frontier]), 0))
         assert check["H"] == pytest.approx(expected) and check["stop"] is False
 
 
 def test_ddd_stops_at_the_first_check_below_x():
-    def expand(frontier, pool):
-        return torch.log_softmax(torch.linspace(0, 3, 16), 0).expand(len(frontier), 16)  # (F, V)
+    def expand(frontier):
+        return torch.log_softmax(torch.linspace(0, 3, 16), 0).expand(frontier.size, 16)  # (F, V)
 
     # the frontier's mass only falls as it deepens, so some check lies below a threshold just under the first H
-    first = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=-math.inf, steps=11, width=10), 64).ddd
+    first = _grown(TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=-math.inf, steps=11, width=10), expand).ddd
     x = (first[0]["H"] + first[1]["H"]) / 2  # between step 5's and step 7's confidence
-    growth = grow(_peaked_root(), expand, TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=x, steps=11, width=10), 64)
+    growth = _grown(TreeShape.ddd(k=2, m=8, checks=(5, 7, 9), threshold=x, steps=11, width=10), expand)
     assert [c["stop"] for c in growth.ddd] == [False, True] and growth.stop == "ddd" and growth.steps == 6
+    assert max(node["step"] for node in growth.pool) == 6 and len(growth.frontiers) == 6  # later steps dropped
 
 
 def test_paper_defaults_and_fix_it_messages():

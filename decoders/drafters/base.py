@@ -129,18 +129,22 @@ class NoDraft(Drafter):
 
 
 def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], limit: int, rule: DraftRule,
-                warp: Warp, generator: torch.Generator, record: bool) -> Proposal:
+                warp: Warp, generator: torch.Generator, record: bool, tensors: bool = False) -> Proposal:
     """Draft up to `limit` tokens one at a time from a model-like `step(tokens) -> next logits (V,)`.
 
     The rule judges the distribution for position j before a token is drawn from it; at temperature 0 it judges
     the unwarped softmax (the warped one is one-hot, entropy 0, and would never stop). Returns a chain tree whose
     node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
+    tensors: `step` also takes a (1,) device tensor of the last token; then a greedy chain under a rule that does
+    not judge q stays on the device and is read once (_chain_on_device).
     """
     tree = DraftTree.root_only(first[-1])
     proposal = Proposal(tree, reason=DraftStop.LIMIT)
     if limit <= 0:
         proposal.reason = DraftStop.BUDGET
         return proposal
+    if tensors and warp.greedy and stays_on_device(rule):
+        return _chain_on_device(proposal, step, first, limit, rule, record)
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
     for position in range(1, limit + 1):
@@ -150,6 +154,34 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
         if position < limit:
             logits = step([token])  # (V,) for the next position
             proposal.forwards += 1
+    return proposal
+
+
+def stays_on_device(rule: DraftRule | None) -> bool:
+    """The rule never stops a chain early: it does not judge q before a position (static γ, the heuristic)."""
+    return rule is None or type(rule).check is DraftRule.check
+
+
+def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None,
+                     record: bool) -> Proposal:
+    """A greedy chain of `limit` drafts whose tokens never leave the device until the one read at the end: each
+    argmax feeds the next step as a (1,) tensor. The same tokens, checks and recorded q as draft_position's."""
+    tokens, shown = [], []  # per position: (1,) token, (1,) its unwarped probability (recording)
+    logits = step(first)  # (V,) for draft position 1
+    proposal.forwards = 1
+    for position in range(1, limit + 1):
+        if record:
+            proposal.checks.append(rule.check(position, logits)[1] if rule else {"position": position, "stop": False})
+        token = logits.argmax(-1, keepdim=True)  # (1,)
+        tokens.append(token)
+        if record:
+            shown.append(raw_probs(logits)[token])  # (1,)
+        if position < limit:
+            logits = step(token)  # (V,) for the next position
+            proposal.forwards += 1
+    host = torch.cat([t.double() for t in tokens + shown]).cpu().tolist()  # the drafter's one read
+    for position in range(1, limit + 1):
+        proposal.tree.add(position - 1, int(host[position - 1]), host[limit + position - 1] if record else None)
     return proposal
 
 

@@ -14,7 +14,8 @@ import torch
 from ..runtime import cache as kv
 from ..eagle.head import EagleHead
 from .base import Drafter, DraftStop, Proposal
-from .tree_draft import PoolNode, TreeShape, draft_log_probs, frontier_mask, grow, growth_width, tree_proposal
+from .device_tree import Frontier
+from .tree_draft import TreeShape, draft_log_probs, grow, growth_width, pricing_test, tree_proposal
 from ..tree import DraftTree
 
 
@@ -51,19 +52,17 @@ class EagleTreeDrafter(Drafter):
         if limit <= 0:
             return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.BUDGET)
         context = kv.length(self.cache)  # committed pairs; draft pairs go after them and are dropped after
-        fed: list[int] = []  # pool ids in cache order after `context`
-        guessed: dict[int, torch.Tensor] = {}  # pool id -> (d,) the head's guess of that node's feature
+        last = [self.root_hidden[None]]  # (rows, d) the previous forward's guessed features (first: the root's)
 
-        def expand(frontier: list[int], pool: list[PoolNode]) -> torch.Tensor:
-            parents = [pool[i].parent for i in frontier]
-            feats = torch.stack([self.root_hidden if p == -1 else guessed[p] for p in parents])[None]  # (1, F, d)
-            hidden, logits = self._frontier_forward(frontier, pool, feats, context, fed)  # (F, d), (F, V|N)
-            fed.extend(frontier)
-            guessed.update(zip(frontier, hidden))
-            return self._full_vocab(draft_log_probs(logits, warp))
+        def expand(frontier: Frontier) -> torch.Tensor:
+            # each node's pair: (its parent's guessed feature, its token); the root's children read the root's guess
+            feats = last[0][frontier.rows]  # (F, d)
+            hidden, logits = self._frontier_forward(frontier, feats[None], context)  # (F, d), (F, V|N)
+            last[0] = hidden
+            return self._full_vocab(draft_log_probs(logits, warp))  # (F, V)
 
         growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit,
-                      rule.keep_growing)
+                      pricing_test(rule))
         self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))  # the whole tree's pairs are cached now
         kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
         return tree_proposal(self.name, ids[-1], growth, self.shape.m, record, rule)
@@ -82,13 +81,12 @@ class EagleTreeDrafter(Drafter):
         self.root_hidden, self.root_logits = hidden[0, -1], logits[0, -1]  # (d,), (V|N,)
 
     @torch.inference_mode()
-    def _frontier_forward(self, frontier, pool, feats, context, fed):
+    def _frontier_forward(self, frontier: Frontier, feats: torch.Tensor, context: int):
         """One head forward over the frontier; each pair sees the committed pairs and its ancestors' pairs."""
-        mask = frontier_mask(frontier, pool, context, fed, kv.length(self.cache), feats.dtype)  # (F, L+F)
-        tokens = torch.tensor([[pool[i].token for i in frontier]], device=self.device)  # (1, F)
-        positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=self.device)  # (1, F)
-        hidden, logits = self.head(tokens, feats, position_ids=positions, cache=self.cache,
-                                   attention_mask=mask[None, None].to(self.device))
+        mask = frontier.mask(context, feats.dtype)  # (F, L+F), L = context + the slots fed this round
+        positions = torch.full((1, frontier.size), context - 1 + frontier.depth, device=self.device)  # (1, F)
+        hidden, logits = self.head(frontier.tokens[None], feats, position_ids=positions, cache=self.cache,
+                                   attention_mask=mask[None, None])  # (1, F, d), (1, F, V|N)
         return hidden[0], logits[0]  # (F, d), (F, V|N)
 
     def _full_vocab(self, logq: torch.Tensor) -> torch.Tensor:

@@ -38,10 +38,11 @@ class EarlyExitDrafter(Drafter):
     # ------------------------------------------------------------------ the shared stem
 
     @torch.inference_mode()
-    def _stem(self, tokens: list[int]) -> torch.Tensor:
-        """Layers 0..k-1 over `tokens` after the lower cache; appends to those slots. -> h_k (n, d)"""
+    def _stem(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
+        """Layers 0..k-1 over `tokens` (a list, or a device tensor: a greedy chain's last draft, never read) after the
+        lower cache; appends to those slots. -> h_k (n, d)"""
         past = self.target.cache.layers[0].get_seq_length()
-        ids = torch.tensor([tokens], device=self.target.device)  # (1, n)
+        ids = torch.as_tensor(tokens, device=self.target.device)[None]  # (1, n)
         hidden = self.target.model.get_input_embeddings()(ids)  # (1, n, d)
         positions = torch.arange(past, past + len(tokens), device=ids.device)[None]  # (1, n)
         mask = step_mask(len(tokens), past, hidden.dtype, ids.device)  # (1, 1, n, past + n)
@@ -84,14 +85,14 @@ class EarlyExitDrafter(Drafter):
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         self.rows, self.fed = [], 0
 
-        def step(tokens: list[int]) -> torch.Tensor:
+        def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:
             h = self._stem(tokens)  # (n, d)
             self.rows.extend(h)
             self.fed += len(tokens)
             rows, self.unfed = self.unfed + list(h), []
             return self._block(rows)  # (V,)
 
-        return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record)
+        return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record, tensors=True)
 
     @torch.inference_mode()
     def score(self, target: CachedModel, tree, hidden: bool):

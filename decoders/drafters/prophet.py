@@ -38,8 +38,8 @@ class ProphetDrafter(Drafter):
         cache = DynamicCache(config=self.model.config)
         first = [True]
 
-        def step(tokens: list[int]) -> torch.Tensor:
-            ids = torch.tensor(tokens, device=self.feature.device)  # (n,)
+        def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:  # a list, or a greedy chain's (1,) draft
+            ids = torch.as_tensor(tokens, device=self.feature.device)  # (n,)
             if first[0]:  # [W [f_t ; E(x_{t+1})]]: the pending token joins the feature in one input
                 embedded = self.model.first_input(self.feature[None], ids[:1])  # (1, d)
                 first[0] = False
@@ -52,7 +52,7 @@ class ProphetDrafter(Drafter):
             return self._full(logits)
 
         try:
-            return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record)
+            return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record, tensors=True)
         finally:
             from ..runtime import cache as kv
 

@@ -16,6 +16,7 @@ rejection sampling with point-mass proposals, lossless at any temperature (decod
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -29,6 +30,7 @@ from ..runtime.runner import CachedModel
 from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal, ReadsPrompt
+from .device_tree import DeviceGrowth, Frontier, grow_on_device, read
 
 # EAGLE-1 / Medusa style static tree: each path lists, per depth, the rank of the draft's candidate to take (0 = its
 # most likely token). Top-heavy like the trees those papers use: wide near the root, one deep chain of top-1 picks.
@@ -102,51 +104,15 @@ class Growth:
     forwards: int = 0
 
 
-def grow(root_logq: torch.Tensor, expand, shape: TreeShape, max_depth: int,
-         keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> Growth:
-    """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier pool ids, pool)
-    -> (F, V) log-probs after each frontier node (one draft forward); keep_growing(frontier values, pool values
-    best first, forwards so far) can end growth before a step (the draft controller: when the frontier cannot pay
-    for another step)."""
+def grow(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.Tensor], shape: TreeShape, max_depth: int,
+         keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> Growth | DeviceGrowth:
+    """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier) -> (F, V)
+    log-probs after each frontier node (one draft forward); keep_growing(frontier values, pool values best first,
+    forwards so far) can end growth before a step (the draft controller: when the frontier cannot pay for another
+    step). A dynamic tree grows on the device (decoders/drafters/device_tree.py), a static one on the host."""
     if shape.paths:
         return grow_static(root_logq, expand, shape.paths, max_depth)
-    growth = Growth(forwards=1)
-    depth_cap = min(shape.steps, max_depth)
-    top = torch.topk(root_logq, min(shape.k, root_logq.numel()))
-    for log_q, token in zip(top.values.tolist(), top.indices.tolist()):
-        growth.pool.append(PoolNode(parent=-1, token=token, log_value=log_q, log_q=log_q, depth=1, step=1))
-    frontier = _best(growth.pool, range(len(growth.pool)), shape.beam)
-    growth.frontiers.append(frontier)
-    growth.steps = 1
-    for step in range(2, depth_cap + 1):
-        if step in shape.checks:
-            h = float(torch.logsumexp(torch.tensor([growth.pool[i].log_value for i in frontier]), 0))
-            stop = h < shape.threshold
-            growth.ddd.append({"step": step, "H": h, "x": shape.threshold, "stop": stop})
-            if stop:
-                growth.stop = "ddd"
-                return growth
-        values = sorted((math.exp(node.log_value) for node in growth.pool), reverse=True)
-        if keep_growing is not None and not keep_growing([math.exp(growth.pool[i].log_value) for i in frontier],
-                                                         values, growth.forwards):
-            growth.stop = "cost"
-            return growth
-        logq = expand(frontier, growth.pool)  # (F, V)
-        growth.forwards += 1
-        top = torch.topk(logq, min(shape.k, logq.shape[-1]), dim=-1)  # values, indices: (F, K)
-        added = []
-        for row, parent in enumerate(frontier):
-            base = growth.pool[parent]
-            for log_q, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
-                growth.pool.append(PoolNode(parent=parent, token=token, log_value=base.log_value + log_q, log_q=log_q,
-                                            depth=base.depth + 1, step=step))
-                added.append(len(growth.pool) - 1)
-        frontier = _best(growth.pool, added, shape.beam)
-        growth.frontiers.append(frontier)
-        growth.steps = step
-    if depth_cap < shape.steps:
-        growth.stop = "budget"
-    return growth
+    return grow_on_device(root_logq, expand, shape, max_depth, keep_growing)
 
 
 def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], ...], max_depth: int) -> Growth:
@@ -154,6 +120,8 @@ def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], .
     One draft forward per depth over the nodes that have children; paths deeper than max_depth are left out."""
     growth = Growth(forwards=1)
     node_of: dict[tuple[int, ...], int] = {}
+    slots: dict[int, int] = {}  # pool id -> its draft slot (feeding order)
+    fed_before: list[int] = []  # the previous forward's nodes, in row order
     depth_cap = min(max(len(p) for p in paths), max_depth)
     for depth in range(1, depth_cap + 1):
         level = [p for p in paths if len(p) == depth]
@@ -161,13 +129,16 @@ def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], .
             rows, logq = {(): 0}, root_logq[None]  # (1, V)
         else:
             parents = list(dict.fromkeys(node_of[p[:-1]] for p in level))  # pool ids, first-listed first
-            logq = expand(parents, growth.pool)  # (F, V)
+            logq = expand(_static_frontier(parents, growth.pool, fed_before, slots, root_logq.device))  # (F, V)
+            slots.update({pool_id: slot for slot, pool_id in enumerate(parents, start=len(slots))})
+            fed_before = parents
             growth.forwards += 1
             rows = {path: parents.index(pool_id) for path, pool_id in node_of.items() if pool_id in parents}
         ranked = torch.topk(logq, max(p[-1] for p in level) + 1, dim=-1)  # values, indices: (F, R)
+        values, tokens = _level_read(ranked)  # (F, R) lists: one read a level, not two a node
         for path in level:
             row = rows[path[:-1]]
-            log_q, token = float(ranked.values[row, path[-1]]), int(ranked.indices[row, path[-1]])
+            log_q, token = values[row][path[-1]], tokens[row][path[-1]]
             parent = node_of.get(path[:-1], -1)
             base = growth.pool[parent].log_value if parent >= 0 else 0.0
             growth.pool.append(PoolNode(parent=parent, token=token, log_value=base + log_q, log_q=log_q, depth=depth,
@@ -177,6 +148,28 @@ def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], .
         growth.steps = depth
     growth.stop = "depth" if depth_cap == max(len(p) for p in paths) else "budget"
     return growth
+
+
+def _level_read(ranked) -> tuple[list[list[float]], list[list[int]]]:
+    """A level's ranked candidates on the host: log q (as the doubles float() made) and token ids, (F, R) each."""
+    rows = ranked.values.shape[0]
+    host = torch.cat([ranked.values.double(), ranked.indices.double()]).cpu().tolist()  # (2F, R)
+    return host[:rows], [[int(t) for t in row] for row in host[rows:]]
+
+
+def _static_frontier(parents: list[int], pool: list[PoolNode], fed_before: list[int], slots: dict[int, int],
+                     device: torch.device) -> Frontier:
+    """A static tree's nodes to expand as a Frontier (built on the host: the static tree is not the device path)."""
+    seen = torch.zeros(len(parents), len(slots), dtype=torch.bool)  # (F, fed)
+    for row, pool_id in enumerate(parents):
+        ancestor = pool[pool_id].parent
+        while ancestor != -1:
+            seen[row, slots[ancestor]] = True
+            ancestor = pool[ancestor].parent
+    rows = [fed_before.index(pool[i].parent) if pool[i].parent >= 0 else 0 for i in parents]  # 0: the root's row
+    as_tensor = functools.partial(torch.tensor, device=device)
+    return Frontier(as_tensor(parents), as_tensor([pool[i].token for i in parents]), as_tensor(rows),
+                    seen.to(device), pool[parents[0]].depth, len(slots))
 
 
 def rerank(pool: list[PoolNode], m: int) -> list[int]:
@@ -200,41 +193,32 @@ def build_tree(pending: int, pool: list[PoolNode], chosen: list[int]) -> DraftTr
     return tree
 
 
-def _best(pool: list[PoolNode], ids, width: int) -> list[int]:
-    """The `width` highest-value ids, best first."""
-    return sorted(ids, key=lambda i: (-pool[i].log_value, i))[:width]
-
-
-def frontier_mask(frontier: list[int], pool: list[PoolNode], context: int, fed: list[int], length: int,
-                  dtype: torch.dtype) -> torch.Tensor:
-    """Additive attention mask for one forward over the frontier (F, L+F): every frontier node sees the committed
-    context, its own ancestors (fed earlier, at cache slots context + i in `fed` order) and itself."""
-    slot = {pool_id: context + i for i, pool_id in enumerate(fed)}  # pool id -> cache position
-    n = len(frontier)
-    allowed = torch.zeros(n, length + n, dtype=torch.bool)  # (F, L+F)
-    allowed[:, :context] = True
-    for row, pool_id in enumerate(frontier):
-        allowed[row, length + row] = True
-        ancestor = pool[pool_id].parent
-        while ancestor != -1:
-            allowed[row, slot[ancestor]] = True
-            ancestor = pool[ancestor].parent
-    return torch.zeros(n, length + n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)  # (F, L+F)
-
-
-def tree_proposal(method: str, pending: int, growth: Growth, m: int, record: bool, rule=None) -> Proposal:
+def tree_proposal(method: str, pending: int, growth: Growth | DeviceGrowth, m: int, record: bool,
+                  rule=None) -> Proposal:
     """The grown pool reranked to its best m nodes (ancestor-closed) as the tree sent to the target; the search
     itself goes into the trace when recording. A rule may send fewer (DraftRule.tree_size: the draft controller).
     DDD's and the controller's stops read as the rule's, EAGLE-2's as the size limit."""
+    if isinstance(growth, DeviceGrowth):
+        done = read(growth, pending, m, record, rule)  # reranked on the device, one host read
+        proposal = Proposal(done.tree, forwards=growth.forwards, reason=_reason(done.stop))
+        if record:
+            proposal.search = {"method": method, "flavor": Flavor.DETERMINISTIC, "steps": done.steps,
+                               "stop": done.stop, "pool": done.pool, "frontier": done.frontiers,
+                               "chosen": done.chosen, "ddd": done.ddd}
+        return proposal
     if rule is not None:
         values = sorted((math.exp(node.log_value) for node in growth.pool), reverse=True)
         m = max(1, min(m, rule.tree_size(values, growth.forwards, min(m, len(values)))))
     chosen = rerank(growth.pool, m)
     proposal = Proposal(build_tree(pending, growth.pool, chosen), forwards=growth.forwards,
-                        reason=DraftStop.RULE if growth.stop in ("ddd", "cost") else DraftStop.LIMIT)
+                        reason=_reason(growth.stop))
     if record:
         proposal.search = search_record(method, growth, chosen)
     return proposal
+
+
+def _reason(stop: str) -> DraftStop:
+    return DraftStop.RULE if stop in ("ddd", "cost") else DraftStop.LIMIT
 
 
 def draft_log_probs(logits: torch.Tensor, warp: Warp) -> torch.Tensor:
@@ -264,28 +248,22 @@ class DynamicTreeDrafter(ReadsPrompt, Drafter):  # ReadsPrompt: its start (the p
         unseen = ids[self.runner.length:]  # the pending token, and accepted tokens from the last round
         root_logits = self.runner.forward(unseen, last_only=True)[-1]  # (V,)
         context = self.runner.length  # the committed tokens; draft nodes go after them and are dropped after
-        fed: list[int] = []  # pool ids in the order their entries sit in the cache after `context`
 
-        def expand(frontier: list[int], pool: list[PoolNode]) -> torch.Tensor:
-            logits = self._frontier_forward(frontier, pool, context, fed)  # (F, V)
-            fed.extend(frontier)
-            return draft_log_probs(logits, warp)
+        def expand(frontier: Frontier) -> torch.Tensor:
+            return draft_log_probs(self._frontier_forward(frontier, context), warp)  # (F, V)
 
-        growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit, rule.keep_growing)
+        growth = grow(draft_log_probs(root_logits, warp), expand, self.shape, limit, pricing_test(rule))
         self.runner.drop_last(self.runner.length - context)  # the draft cache keeps committed tokens only
         return tree_proposal(self.name, ids[-1], growth, self.shape.m, record, rule)
 
-    def _frontier_forward(self, frontier: list[int], pool: list[PoolNode], context: int,
-                          fed: list[int]) -> torch.Tensor:
+    def _frontier_forward(self, frontier: Frontier, context: int) -> torch.Tensor:
         """One draft forward over the frontier: each node sees the context and its own ancestors. (F, V)"""
         runner = self.runner
-        device = runner.device
-        mask = frontier_mask(frontier, pool, context, fed, runner.length, runner.model.dtype)  # (F, L+F)
-        ids = torch.tensor([[pool[i].token for i in frontier]], device=device)  # (1, F)
-        positions = torch.tensor([[context - 1 + pool[i].depth for i in frontier]], device=device)  # (1, F)
+        mask = frontier.mask(context, runner.model.dtype)  # (F, L+F)
+        positions = torch.full((1, frontier.size), context - 1 + frontier.depth, device=runner.device)  # (1, F)
         with torch.inference_mode():
-            out = runner.model(input_ids=ids, attention_mask=mask[None, None].to(device), position_ids=positions,
-                               past_key_values=runner.cache, use_cache=True)
+            out = runner.model(input_ids=frontier.tokens[None].to(runner.device), attention_mask=mask[None, None],
+                               position_ids=positions, past_key_values=runner.cache, use_cache=True)
         return out.logits[0]  # (F, V)
 
     def kv_peak_bytes(self) -> int:
@@ -299,6 +277,11 @@ class DynamicTreeDrafter(ReadsPrompt, Drafter):  # ReadsPrompt: its start (the p
 
     def close(self) -> None:
         self.runner.release()
+
+
+def pricing_test(rule):
+    """The rule's between-steps test when it prices trees (a host read a step), else None: nothing to read."""
+    return rule.keep_growing if rule is not None and rule.prices_trees else None
 
 
 def growth_width(shape: TreeShape) -> int:

@@ -1,0 +1,135 @@
+"""Host reads per round, counted on the CPU so a GPU round cannot quietly grow syncs (issue 46 item 3).
+
+Every drafter runs the one loop on tiny float32 models with recording on (the app's case); tests/host_reads.py
+counts the Python calls that would wait for a GPU (item, tolist, cpu, bool/int/float of a tensor, ...) between two
+rounds' yields. The EAGLE-head trees (EAGLE-2, DDD) must stay within 2 reads a round: one for the drafter (its
+tokens, parents and the trace's pool in one copy) and one for the verifier (decoders/readout.py). The others are held
+at today's counts, so a change can lower them but not raise them. `pytest -s` prints the table.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from host_reads import HostReads, reads, rounds, table
+from tree_helpers import PROMPTS
+
+from decoders import DecodeOptions
+from decoders.sampling import Warp
+
+LENGTH = 30
+ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "early-exit", "prophet"}  # dynamic trees, greedy chains
+# of the self-drafters under a static rule: at most
+DEVICE_READS = 2  # reads a round (the drafter's one and the verifier's one)
+# The worst round per drafter (greedy, recording on); a drafter may read no more than this. When this test was
+# written (before issue 46): EAGLE-2 21 (head or draft model), DDD 4 (head) and 11, static trees 49, every chain 9.
+CEILINGS = {"none": 1, "draft-model": 9, "prompt-lookup": 1, "layer-skip": 9, "early-exit": 2, "prophet": 2,
+            "suffix": 1, "eagle1": 8, "eagle2": 2, "ddd": 2, "eagle1-head": 8, "eagle2-head": 2, "ddd-head": 2}
+
+
+@pytest.fixture(scope="module")
+def models():
+    from tiny import noisy_copy, tiny_llama
+
+    from decoders.eagle.head import EagleHead
+
+    target = tiny_llama(seed=5, layers=4)
+    torch.manual_seed(0)
+    return {"target": target, "draft": noisy_copy(target, noise=0.02), "head": EagleHead(target.model)}
+
+
+def _drafters(models) -> dict:
+    """name -> (runner -> drafter, the static rule's depth)."""
+    from decoders.drafters import DraftModelDrafter, DynamicTreeDrafter, EagleTreeDrafter, LayerSkipDrafter, NoDraft, \
+        PromptLookupDrafter
+    from decoders.drafters.early_exit import EarlyExitDrafter
+    from decoders.drafters.prophet import ProphetDrafter
+    from decoders.drafters.suffix import Settings, SuffixDrafter
+    from decoders.drafters.tree_draft import TreeShape
+    from decoders.selfdraft.heads import ExitBlock, Prophet
+
+    target, draft, head = models["target"].model, models["draft"].model, models["head"]
+    eagle1, eagle2 = TreeShape.static(), TreeShape(k=3, steps=4, m=10)
+    ddd = TreeShape.ddd(k=3, m=12, checks=(2, 3), threshold=-1.0, steps=5, width=4)
+    torch.manual_seed(0)
+    prophet = Prophet(target, 1)
+    return {
+        "none": (lambda runner: NoDraft(), 4),
+        "draft-model": (lambda runner: DraftModelDrafter(draft), 4),
+        "prompt-lookup": (lambda runner: PromptLookupDrafter(3), 4),
+        "layer-skip": (lambda runner: LayerSkipDrafter(runner, [1]), 4),
+        "early-exit": (lambda runner: EarlyExitDrafter(runner, ExitBlock(target, 2)), 4),
+        "prophet": (lambda runner: ProphetDrafter(prophet, target.config.vocab_size), 4),
+        "suffix": (lambda runner: SuffixDrafter(Settings(24, 16, 2.0, 0.1)), 16),
+        "eagle1": (lambda runner: DynamicTreeDrafter(draft, eagle1), eagle1.steps),
+        "eagle2": (lambda runner: DynamicTreeDrafter(draft, eagle2), eagle2.steps),
+        "ddd": (lambda runner: DynamicTreeDrafter(draft, ddd, name="ddd"), ddd.steps),
+        "eagle1-head": (lambda runner: EagleTreeDrafter(head, eagle1, name="eagle1-head"), eagle1.steps),
+        "eagle2-head": (lambda runner: EagleTreeDrafter(head, eagle2), eagle2.steps),
+        "ddd-head": (lambda runner: EagleTreeDrafter(head, ddd, name="ddd-head"), ddd.steps),
+    }
+
+
+def _counted(lm, make, depth: int, warp: Warp):
+    from decoders import api
+    from decoders.loop import run_rounds
+    from decoders.recorder import TraceBuilder
+    from decoders.rules import StaticRule
+    from decoders.runner import CachedModel
+
+    options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
+    builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
+    runner = CachedModel(lm.model)
+    counter, drafter = HostReads(), make(runner)
+    propose = drafter.propose
+
+    def counted_propose(*args, **kwargs):
+        with counter.drafting():
+            return propose(*args, **kwargs)
+
+    drafter.propose = counted_propose
+    generator = run_rounds(runner, drafter, StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
+                           torch.Generator().manual_seed(0), builder)
+    return rounds(generator, counter)
+
+
+def test_host_reads_per_round(models, monkeypatch):
+    from decoders.drafters import device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())  # DDD as on a GPU: no read at its checks
+    counts = {name: _counted(models["target"], make, depth, Warp(0.0))
+              for name, (make, depth) in _drafters(models).items()}
+    print("\nhost reads per round (greedy, recording on, rounds 2..n)\n" + table(counts))
+    worst = {name: max((reads(c) for c in rows), default=0) for name, rows in counts.items()}
+    assert all(counts[name] for name in ON_DEVICE), "each on-device drafter ran at least two rounds"
+    for name in ON_DEVICE:
+        assert worst[name] <= DEVICE_READS, (name, worst[name], counts[name])
+    over = {name: (worst[name], CEILINGS[name]) for name in worst if worst[name] > CEILINGS[name]}
+    assert not over, f"more host reads a round than before (now, ceiling): {over}"
+
+
+def test_the_counter_sees_each_kind_of_read():
+    from host_reads import HostReads
+
+    t = torch.arange(4)
+    counter = HostReads()
+    with counter.active():
+        t.tolist(), t[0].item(), int(t[1]), float(t[2]), bool(t[3]), t.cpu(), [0, 1][t[1]], t[t > 1], t.nonzero()
+        torch.equal(t, t), torch.tensor([1, 2]), torch.as_tensor(t)
+    kinds = counter.take()
+    assert set(kinds) == {"tolist", "item", "__int__", "__float__", "__bool__", "cpu", "__index__", "bool-index",
+                          "nonzero", "torch.equal", "upload"}
+    assert (reads(kinds), reads(kinds, kind="upload")) == (10, 1)  # a tensor passed to as_tensor is no upload
+    assert int(t[1]) == 1 and not counter.kinds  # restored after the block: nothing counted outside
+
+
+def test_host_reads_per_round_sampled(models, monkeypatch):
+    """At temperature 1 verification reads its draws node by node (decoders/verify.py) and the chains sample token
+    by token; the dynamic trees still draft with their one read (their candidates are top-k, not sampled)."""
+    from decoders.drafters import device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    counts = {name: _counted(models["target"], make, depth, Warp(1.0))
+              for name, (make, depth) in _drafters(models).items()}
+    print("\nhost reads per round (temperature 1, recording on, rounds 2..n)\n" + table(counts))
+    for name in ("eagle2-head", "ddd-head", "eagle2", "ddd"):
+        assert max(reads(c, drafting=True) for c in counts[name]) == 1, (name, counts[name])  # 0: a budget-cut round
