@@ -74,7 +74,7 @@ def _counted(lm, make, depth: int, warp: Warp):
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
     from decoders.rules import StaticRule
-    from decoders.runner import CachedModel
+    from decoders.runtime.runner import CachedModel
 
     options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
