@@ -218,7 +218,23 @@ PAGE_JS = """
     box.toggleAttribute('data-overflows', inner.scrollWidth > inner.clientWidth + 1);
     box.toggleAttribute('data-at-end', inner.scrollLeft + inner.clientWidth >= inner.scrollWidth - 1);
   });
-  const refresh = () => { label(); rove(); measure(); };
+  // Plot toolbars stay usable by mouse but leave the Tab order: ten buttons per plot put the controls 40 to 60 Tab
+  // presses past Run (issue 47.6); the plots' own data is in their aria-label (label above).
+  const untab = () => document.querySelectorAll('.modebar button, .modebar a, .modebar-btn').forEach((b) => {
+    if (b.getAttribute('tabindex') !== '-1') b.setAttribute('tabindex', '-1');
+  });
+  const refresh = () => { label(); rove(); measure(); untab(); };
+  // A slider's number box keeps a value outside its range when it loses focus (Gradio's own blur handler clamps it,
+  // so Run ran T = 2 for a typed 100): the server then refuses it in words (app/shared/boxes.py).
+  window.addEventListener('blur', (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.value === '' ||
+        !(box.getAttribute('aria-label') || '').startsWith('number input for ')) return;
+    const value = Number(box.value);
+    if ((box.min !== '' && value < Number(box.min)) || (box.max !== '' && value > Number(box.max))) {
+      event.stopImmediatePropagation();
+    }
+  }, true);
   document.addEventListener('keydown', (event) => {
     const tab = event.target.closest && event.target.closest('[role=tab]');
     const list = tab && tab.closest('[role=tablist]');

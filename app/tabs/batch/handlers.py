@@ -17,6 +17,7 @@ from decoders.batch import MAX_BATCH, BatchTrace, batched_drafters
 from decoders.options import DecodeOptions, OptionsError
 from decoders.trace import TraceError
 
+from app.shared.boxes import refuse_out_of_range
 from app.figures.batch import batch_stats_html, lanes_html, throughput_figure, why_sentences
 from app.figures.rule import rounds_figure
 from app.figures.stats import stats_html
@@ -70,6 +71,7 @@ def parse_seeds(text: str, n: int) -> list[int] | None:
 
 
 def options_for(model: str, method: str, drafter: str, max_tokens, temperature) -> DecodeOptions:
+    refuse_out_of_range((max_tokens, temperature))
     if method not in METHODS:
         raise OptionsError(f"method must be one of: {', '.join(METHODS)}")
     if drafter not in batched_drafters():

@@ -169,7 +169,7 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     drafts = draft_choices(model, drafter)
     draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
     sources = tree_sources(model)
-    source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
+    source = eagle_head if eagle_head in sources else (sources[0] if sources else None)  # none: nothing to pick
     used = fields_in_use(method, drafter, rule, _number(temperature), controller or "off")
     grows_from_head = grown(drafter) and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}

@@ -15,6 +15,7 @@ from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
 from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD, opening_differences
+from app.shared.boxes import refuse_out_of_range
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
@@ -41,7 +42,9 @@ D = DecodeOptions()
 
 def options_from(values: dict) -> DecodeOptions:
     """Map control values one-to-one onto DecodeOptions and validate (raises OptionsError). Controls that do not
-    apply to the chosen method (options.fields_in_use) are ignored, so a hidden control cannot break a run."""
+    apply to the chosen method (options.fields_in_use) are ignored, so a hidden control cannot break a run; a box
+    holding a number outside its slider's range is refused (app/shared/boxes.py), hidden or not."""
+    refuse_out_of_range(values.values())
     method = values.get("method") or D.method
     drafter = values.get("drafter") or D.drafter
     rule = values.get("rule") or D.rule

@@ -18,6 +18,7 @@ from decoders.registry import uses_draft_model
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
+from app.shared.boxes import refuse_out_of_range
 from app.shared.hosting import gpu
 from app.shared.numbers import whole_field
 from app.shared.loading import check_before_waiting, dtype_line, load_models, loaded, model_error_types
@@ -82,6 +83,7 @@ DEFAULT_PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderbe
 
 def race_options(values: dict) -> list[DecodeOptions]:
     """Baseline first, then each chosen preset; validated (raises OptionsError)."""
+    refuse_out_of_range(values.values())
     methods = list(values.get("methods") or [])
     if not methods:
         raise OptionsError("pick at least one method to race against the baseline")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.shared.boxes import Bounded
+
 from app.figures.whisper import results_html
 from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared.session import RunSession
@@ -62,9 +64,9 @@ def build() -> dict:
                                         elem_id="sw-language")
             c["decoders"] = gr.CheckboxGroup(list(DECODERS), value=DEFAULT_DECODERS, label="Decoders",
                                              elem_id="sw-decoders")
-            c["beam_size"] = gr.Slider(2, 8, value=5, step=1, label="beam size")
-            c["eot_margin"] = gr.Slider(0, 5, value=1.0, step=0.1, label="Filter-Ends margin (nats)")
-            c["depth"] = gr.Slider(1, 4, value=2, step=1, label="lookahead depth (greedy steps)")
+            c["beam_size"] = Bounded(2, 8, value=5, step=1, label="beam size")
+            c["eot_margin"] = Bounded(0, 5, value=1.0, step=0.1, label="Filter-Ends margin (nats)")
+            c["depth"] = Bounded(1, 4, value=2, step=1, label="lookahead depth (greedy steps)")
             c["aggregate"] = gr.Radio(["min", "mean", "sum"], value="min", label="lookahead aggregate")
     out = {"status": gr.Markdown("", elem_id="sw-status"), "error": gr.HTML("", elem_id="sw-error"),
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
