@@ -56,12 +56,35 @@ COMPARED = {"model": "target model", "dtype": "number format", "method": "method
 
 def opening_differences(options: dict, prompt: str) -> list[str] | None:
     """For a run of the opening recording's prompt: the settings that differ from the recording's, as
-    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare)."""
+    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare). Only the
+    fields the live run's method reads are compared (a chain drafter reads no K or M), each said the way its control
+    says it ("tree source the draft model → an EAGLE head", never "None → auto")."""
     if not OPENING_PROMPT or prompt != OPENING_PROMPT:
         return None
     recorded = OPENING.to_dict()
-    return [f"{label} {recorded.get(name)} → {options.get(name)}" for name, label in COMPARED.items()
-            if name in options and options.get(name) != recorded.get(name)]
+    try:
+        read = DecodeOptions.from_dict({k: v for k, v in options.items() if k in _FIELDS}).fields_in_use()
+    except Exception:  # options this version cannot read: compare what both name
+        read = frozenset(COMPARED)
+    return [f"{label} {_in_words(name, recorded.get(name))} → {_in_words(name, options.get(name))}"
+            for name, label in COMPARED.items()
+            if name in options and name in read and options.get(name) != recorded.get(name)]
+
+
+_FIELDS = {f.name for f in fields(DecodeOptions)}
+
+
+def _in_words(name: str, value) -> str:
+    """A setting's value as its control shows it."""
+    if name == "eagle_head":
+        return dict(TREE_SOURCES)[FROM_DRAFT if value is None else FROM_HEAD].split(" (")[0]
+    if name == "draft_model" and value is None:
+        return "the registry's pairing"
+    if name == "chat":
+        return "on" if value else "off"
+    if name == "dtype" and value == "auto":
+        return "auto (float32)"
+    return str(value)
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width",
