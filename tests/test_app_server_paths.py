@@ -81,6 +81,10 @@ def test_a_long_prompt_says_how_far_it_has_been_read(tiny_models, monkeypatch):
     reading = [s for s in statuses if s.startswith("Reading the prompt")]
     assert reading[0].startswith("Reading the prompt: 32 of ") and "(the target; Stop ends it within one chunk)" in \
         reading[0]
+    # issue 47.8: the same prompt length as "Processing the prompt (N tokens)" said, not N - 1
+    processing = next(s for s in statuses if s.startswith("Processing the prompt ("))
+    length = processing.split("(")[1].split(" token")[0]
+    assert all(f" of {length} token" in s for s in reading), (processing, reading)
     assert any("(the draft model, after the target;" in s for s in reading)
     assert statuses[-1].startswith("Done: 4 tokens in")
 

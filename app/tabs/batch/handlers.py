@@ -51,7 +51,7 @@ def parse_prompts(text: str) -> list[str]:
         raise OptionsError("type at least one prompt: one per line, each line is one row of the batch")
     if len(prompts) > MAX_BATCH:
         raise OptionsError(f"{len(prompts)} prompts: a batch takes at most {MAX_BATCH} rows; remove "
-                           f"{len(prompts) - MAX_BATCH} lines")
+                           f"{counted(len(prompts) - MAX_BATCH, 'line')}")
     return prompts
 
 

@@ -196,13 +196,19 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     used = fields_in_use(method, drafter, rule, _number(temperature), controller or "off")
     grows_from_head = grown(drafter) and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
-    states["drafter"].update(choices=drafters, value=drafter)
+    states["drafter"].update(choices=drafters, value=drafter, info=drafter_help(drafters))
     states["rule"].update(choices=rules, value=rule)
     states["draft_model"].update(choices=drafts, value=draft,
                                  visible="draft_model" in used and bool(drafts) and not grows_from_head)
     states["eagle_head"].update(choices=[(label, value) for value, label in TREE_SOURCES if value in sources],
                                 value=source)
     return states
+
+
+def drafter_help(drafters: list[str]) -> str:
+    """The drafter radio's help: one line per drafter offered (the registry's own words), none for one this target
+    does not offer (early exit and prophet only where their weights are trained for it)."""
+    return ". ".join(f"{name}: {registry.DRAFTERS[name].help}" for name in drafters if name in registry.DRAFTERS)
 
 
 def lam_for(rule: str) -> float | None:

@@ -271,8 +271,14 @@ def _reading_line(trace: Trace) -> str:
     """'Reading the prompt: 1,024 of 8,322 tokens (the target; Stop ends it within one chunk)…'"""
     where = trace.prefill
     who = "the target" if where["model"] == "target" else "the draft model, after the target"
-    return (f"Reading the prompt: {where['read']:,} of {counted(where['of'], 'token')} ({who}; Stop ends it within "
-            "one chunk)…")
+    return (f"Reading the prompt: {where['read']:,} of {counted(prompt_length(where), 'token')} ({who}; Stop ends it "
+            "within one chunk)…")
+
+
+def prompt_length(prefill: dict) -> int:
+    """The prompt's length from the decoder's reading record: it reads all but the last token before the first round
+    (decoders/loop.py), so its "of" is one short of what "Processing the prompt (N tokens)" said."""
+    return int(prefill["of"]) + 1
 
 
 def _dtype_of(model) -> str:
@@ -298,7 +304,8 @@ def _status(trace: Trace) -> str:
     dtype = dtype_line(trace, why=bool(trace.stop_reason))
     if trace.stop_reason == "cancelled":
         if trace.prefill:
-            made = f"while reading the prompt ({trace.prefill['read']:,} of {trace.prefill['of']:,} tokens read)"
+            made = (f"while reading the prompt ({trace.prefill['read']:,} of "
+                    f"{counted(prompt_length(trace.prefill), 'token')} read)")
         return f"Stopped: {made} ({dtype}); the decoder closed and freed its caches."
     done = stop_words(trace.stop_reason) if trace.stop_reason else None
     return f"{'Done' if done else 'Decoding'}: {made} ({dtype})" + \

@@ -137,7 +137,7 @@ def _controls() -> dict:
         # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
         # values against the choices a component was built with, so narrow ones would refuse valid API runs.
         c["drafter"] = Choice(list(DRAFTERS + TREE_DRAFTERS), value=d.drafter, label="Drafter",
-                                elem_id="sl-drafter", info=_registry_help(registry.DRAFTERS))
+                                elem_id="sl-drafter", info=shown["drafter"]["info"])
         c["eagle_head"] = Choice([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),
                                    label="Tree grown by", elem_id="sl-tree-source",
                                    info="The draft model of the pair, or an EAGLE head: one decoder layer reading "

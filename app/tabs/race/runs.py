@@ -280,8 +280,8 @@ def _stopped_line(runs: list[DecodeOptions], traces: list, phase: dict | None) -
     """What a stopped race leaves: which methods finished (their rows stay in the table) and where it stopped."""
     labels = ["the baseline"] + [_label(o) for o in runs[1:]]
     finished = labels[:len(traces)]
-    kept = (f"{', '.join(finished)} finished (their rows stay in the table)" if finished
-            else "no method finished")
+    rows = "its row stays" if len(finished) == 1 else "their rows stay"
+    kept = f"{', '.join(finished)} finished ({rows} in the table)" if finished else "no method finished"
     if len(traces) >= len(labels):
         return f"Stopped: {kept}."
     where = labels[len(traces)] + (f", during {phase['phase']}" if phase else "")
