@@ -190,6 +190,13 @@ PAGE_CSS = provenance_css() + f"""
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}
+/* A dropdown's long value (a recorded run's name at 420 px) ends in "…" before its arrow, never under it. */
+.secondary-wrap > input[role="combobox"] {{ min-width: 0; text-overflow: ellipsis; }}
+.secondary-wrap:has(> .icon-wrap) > input[role="combobox"] {{ padding-right: 26px !important; }}
+/* An empty coloured-text panel (Batch before a run) showed Gradio's "empty" icon, which reads as a broken image. */
+.block:has(> .empty[aria-label="Empty value"]) .empty .icon {{ display: none; }}
+#bt-row-text .empty::after {{ content: "No row yet: run a batch, then pick a row to read its text here.";
+    font-size: 14px; color: var(--body-text-color-subdued, #666); padding: 0 16px; text-align: center; }}
 """
 
 # Runs once on page load (launch(js=...)), and again (debounced) whenever Gradio redraws part of the page:

@@ -121,7 +121,8 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
             if turn.cancelled:
                 yield {**_skip(), "status": NOT_STARTED}
                 return
-            with loading.loaded(options, turn=turn):  # loaded inside the slot, then held: no eviction before the decode
+            # loaded inside the slot, then held: no eviction before the decode
+            with loading.loaded(options, turn=turn, stop=session.stop_requested.is_set):
                 iterations = decode_iterations(options.to_dict(), prompt, draft_name)
                 yield from _iterations(iterations, session, note)
     except (OptionsError, BeamTraceError, RuntimeError, ValueError, OSError, *loading.model_error_types()) as err:

@@ -110,7 +110,7 @@ def run_batch(prompts_text: str, model: str, method: str, drafter: str, max_toke
             if turn.cancelled:
                 yield {**_skip(), "status": NOT_STARTED}
                 return
-            with loading.loaded(options, report=report, turn=turn):
+            with loading.loaded(options, report=report, turn=turn, stop=session.stop_requested.is_set):
                 rounds = decode_batch(options.to_dict(), prompts, seeds)
                 try:
                     for data in rounds:

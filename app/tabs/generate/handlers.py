@@ -20,7 +20,7 @@ from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.numbers import whole_field
-from app.shared.loading import check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
+from app.shared.loading import LoadCancelled, check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import EarlierOutputs, RunSession
 from app.shared.theme import stop_words
@@ -214,14 +214,16 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
                 yield {"status": NOT_STARTED}
                 return
             with loaded(options, report=lambda fraction, message: progress(fraction, desc=message),
-                        turn=turn) as [(target, _)]:
+                        turn=turn, stop=session.stop_requested.is_set) as [(target, _)]:
                 n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
                 yield {"status": f"Processing the prompt ({counted(n_prompt, 'token')}) with {options.model} "
                                  f"({_dtype_of(target)})… the first round follows."}
                 live = bool(controls.get("live", True))
-                yield from _decode(options, prompt, live, session)
+                yield from _decode(options, prompt, live, session, progress)
     except OptionsError as err:
         yield _error(str(err))
+    except LoadCancelled as err:
+        yield {"status": str(err), "error": ""}
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
         yield _error(f"{type(err).__name__}: {err}", err)
     except Exception as err:  # never a traceback in the page; the server log keeps the details (_error)
@@ -231,9 +233,11 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
 NOT_STARTED = "Stopped before your run started: it was waiting for its turn; nothing ran."
 
 
-def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
+def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession,
+            progress: Callable = lambda *a, **k: None) -> Iterator[dict]:
     """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run. Before
-    the first round: what the run waits for, then how far the prompt has been read."""
+    the first round: what the run waits for, then how far the prompt has been read. The progress bar over the result
+    counts the tokens (it said "ready 100 %" from the load for the whole decode, issue 47.5)."""
     copies = "suffix_depth" in options.fields_in_use()  # suffix decoding reads the visitor's earlier outputs
     store = session.earlier.store(options.model).to_dict() if copies else None
     rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL, store)
@@ -254,8 +258,12 @@ def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession
                 yield _views(trace)  # the run's own last word: right even when Stop gave up waiting for it
                 return
             if trace.prefill and not trace.stop_reason:
+                progress(trace.prefill["read"] / prompt_length(trace.prefill), desc=_reading_line(trace))
                 yield {"status": _reading_line(trace)}
                 continue
+            made = len(trace.output_ids)
+            progress(min(made / options.max_new_tokens, 1.0),
+                     desc=f"decoding with {options.model}: {made} of {counted(options.max_new_tokens, 'new token')}")
             if trace.stop_reason:
                 if not remembered:
                     session.earlier.remember(trace)

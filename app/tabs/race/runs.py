@@ -6,9 +6,10 @@ table shows the median run and the range: one timed run on a shared CPU swings b
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
-from typing import Generator, Iterator
+from typing import Callable, Generator, Iterator
 
 import gradio as gr
 
@@ -216,8 +217,9 @@ def _race(controls: dict, progress, session: RunSession) -> Iterator[dict]:
             if turn.cancelled:
                 yield {"race_status": NOT_STARTED}
                 return
-            with loaded(*runs, report=lambda f, m: progress(f, desc=m), turn=turn):
-                yield from _raced(runs, prompt, session)
+            with loaded(*runs, report=lambda f, m: progress(f, desc=m), turn=turn,
+                        stop=session.stop_requested.is_set):
+                yield from _raced(runs, prompt, session, progress)
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
@@ -242,8 +244,11 @@ def stop_race(session: RunSession | None) -> dict:
             "race_error": ""}
 
 
-def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Iterator[dict]:
-    """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error."""
+def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession,
+           progress: Callable = lambda *a, **k: None) -> Iterator[dict]:
+    """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error. The status line
+    and the progress bar over the results say which method and which of its runs is going (a bf16 baseline's
+    minutes showed the load's "ready 100 %" until its row came, issue 47.5)."""
     traces: list[Trace] = []
     started, phase = time.monotonic(), None
     yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
@@ -258,6 +263,10 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Itera
                 yield {"race_status": data["waiting"]}
                 continue
             if "running" in data:
+                if data != phase:
+                    line = f"Racing {data['running'] + 1}/{len(runs)}: {_label(runs[data['running']])}, {data['phase']}…"
+                    progress((data["running"] + _phase_share(data["phase"])) / len(runs), desc=line)
+                    yield {"race_status": line}
                 phase = data
                 continue
             traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
@@ -274,6 +283,12 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Itera
                    **(cost_views(runs[0].model, runs[0].dtype, _device(traces[0])) if done else {})}
     finally:
         results.close()
+
+
+def _phase_share(phase: str) -> float:
+    """How far into one method's runs a phase is: its warm-up 0, "timed run k of n" k / (n + 1)."""
+    match = re.fullmatch(r"timed run (\d+) of (\d+)", phase)
+    return int(match[1]) / (int(match[2]) + 1) if match else 0.0
 
 
 def _stopped_line(runs: list[DecodeOptions], traces: list, phase: dict | None) -> str:

@@ -57,6 +57,9 @@ def build() -> dict:
             with gr.Row():
                 run_btn = gr.Button("Transcribe", variant="primary", elem_id="sw-run")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="sw-stop")
+            # right under Transcribe, where the eye is while it runs (below both columns it was off screen)
+            status = gr.Markdown("", elem_id="sw-status")
+            error = gr.HTML("", elem_id="sw-error")
         with gr.Column(scale=1, min_width=320):
             c["model"] = gr.Dropdown(whisper_models(), value="whisper-tiny.en", label="Model", elem_id="sw-model")
             c["language"] = gr.Dropdown([(f"{v} ({k})", k) for k, v in LANGUAGES.items()], value="en",
@@ -68,7 +71,7 @@ def build() -> dict:
             c["eot_margin"] = Bounded(0, 5, value=1.0, step=0.1, label="Filter-Ends margin (nats)")
             c["depth"] = Bounded(1, 4, value=2, step=1, label="lookahead depth (greedy steps)")
             c["aggregate"] = gr.Radio(["min", "mean", "sum"], value="min", label="lookahead aggregate")
-    out = {"status": gr.Markdown("", elem_id="sw-status"), "error": gr.HTML("", elem_id="sw-error"),
+    out = {"status": status, "error": error,
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
            "step": gr.Slider(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
