@@ -53,7 +53,7 @@ def test_a_load_stops_at_its_next_step_once_its_run_is_stopped(monkeypatch):
 
 def test_closing_a_page_stops_the_runs_of_its_tabs_and_no_other_page_s():
     def page(*values):
-        return SimpleNamespace(state_components=[(None, value, False) for value in values])
+        return SimpleNamespace(state_data=dict(enumerate(values)))
 
     mine, queued, idle, theirs = RunSession(), RunSession(), RunSession(), RunSession()
     mine.begin(), queued.admit(), theirs.begin()

@@ -49,7 +49,8 @@ def stop_runs_of_page(demo, session_hash: str | None) -> int:
     if page is None:
         return 0
     stopped = 0
-    for session in (value for _, value, _ in page.state_components if isinstance(value, RunSession)):
+    # state_data: every gr.State value the page has used (state_components lists only those an event wrote)
+    for session in [value for value in dict(getattr(page, "state_data", {})).values() if isinstance(value, RunSession)]:
         if session.running or session.queued:
             session.request_stop()
             stopped += 1
