@@ -39,7 +39,8 @@ def test_every_setting_slider_refuses_out_of_range_in_words(demo):
     """Every slider a run reads (Generate, Race, Batch, Beams, Whisper) is Bounded: out of range it hands the handler
     an OutOfRange that names the box and its range, never a clamped number or a gradio.exceptions.Error."""
     read = {id(block) for fn in demo.fns.values() for block in fn.inputs}
-    sliders = [b for b in demo.blocks.values() if isinstance(b, gr.Slider) and id(b) in read and b.label not in SCRUBBERS]
+    sliders = [b for b in demo.blocks.values()
+               if isinstance(b, gr.Slider) and id(b) in read and b.label not in SCRUBBERS]
     plain = [b.label for b in sliders if not isinstance(b, Bounded) and "draft disagrees" not in b.label
              and "siblings" not in b.label]  # the Learn tab's toy explainer has no run to refuse
     assert not plain, plain

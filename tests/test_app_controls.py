@@ -312,7 +312,8 @@ def test_the_differences_from_the_recording_name_only_what_the_method_reads_in_t
 
     monkeypatch.setattr(controls, "OPENING", replace(OPENING, drafter="eagle2", eagle_head=None))
     said = opening_differences(moved.to_dict(), OPENING_PROMPT)
-    assert "tree source the draft model → an EAGLE head" in said and f"M {OPENING.tree_m} → {OPENING.tree_m + 2}" in said
+    assert "tree source the draft model → an EAGLE head" in said
+    assert f"M {OPENING.tree_m} → {OPENING.tree_m + 2}" in said
     assert not any("None" in line or "auto" in line for line in said), said
 
 

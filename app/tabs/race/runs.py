@@ -264,7 +264,8 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession,
                 continue
             if "running" in data:
                 if data != phase:
-                    line = f"Racing {data['running'] + 1}/{len(runs)}: {_label(runs[data['running']])}, {data['phase']}…"
+                    index = data["running"]
+                    line = f"Racing {index + 1}/{len(runs)}: {_label(runs[index])}, {data['phase']}…"
                     progress((data["running"] + _phase_share(data["phase"])) / len(runs), desc=line)
                     yield {"race_status": line}
                 phase = data
