@@ -30,7 +30,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -94,7 +94,8 @@ class CostCurve:
 
     @classmethod
     def from_dict(cls, data: dict) -> "CostCurve":
-        data = dict(data)
+        known = {f.name for f in fields(cls)}  # a cache shared with another version may carry fields this one lacks
+        data = {key: value for key, value in data.items() if key in known}
         for key in ("chain", "tree", "raw_chain", "raw_tree"):
             data[key] = {int(n): float(v) for n, v in data.get(key, {}).items()}
         data["spread"] = {int(n): tuple(v) for n, v in data.get("spread", {}).items()}

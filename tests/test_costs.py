@@ -105,3 +105,9 @@ def test_a_curve_serves_contexts_within_a_factor_of_four():
     assert costs._best(old, "x|m|float32|stock", context_tokens=1024) is None  # measured at 96: too far
     unknown = costs._best(old, "x|m|float32|stock", context_tokens=100)
     assert unknown is not None and unknown.load_per_core is None and unknown.busy()  # an old curve: load unknown
+
+
+def test_a_curve_stored_by_another_version_with_more_fields_still_reads():
+    """The cost cache is shared by every checkout on the machine; a newer one's extra field must not break a run."""
+    curve = costs.CostCurve("m", "float32", "stock", "cpu", (1, 2), 0.1, 0.1, {1: 1.0, 2: 1.1}, {1: 1.0, 2: 1.2})
+    assert costs.CostCurve.from_dict({**curve.to_dict(), "path": "dynamic"}) == curve
