@@ -16,7 +16,7 @@ from gradio.state_holder import SessionState
 from decoders.options import OptionsError
 
 from app.page import build_demo
-from app.shared.boxes import Bounded, OutOfRange
+from app.shared.boxes import Bounded, OutOfRange, Scrubber
 from app.tabs.generate.controls import DEPENDENT, control_states, drafters_for
 from app.tabs.generate.layout import model_choices
 
@@ -51,6 +51,16 @@ def test_every_setting_slider_refuses_out_of_range_in_words(demo):
         assert isinstance(box.preprocess(box.minimum - 2), OutOfRange)
         assert box.preprocess(box.minimum) == box.minimum
         assert "is empty" in box.preprocess(None).message
+
+
+def test_a_position_typed_past_the_end_of_a_run_means_that_end_without_a_traceback(demo):
+    """The round, row-round, iteration and step sliders pick a position in a finished run: past either end is that
+    end (Gradio's own raised gradio.exceptions.Error, with a traceback in the server log)."""
+    scrubbers = [b for b in demo.blocks.values() if isinstance(b, gr.Slider) and b.label in SCRUBBERS]
+    assert len(scrubbers) == len(SCRUBBERS) and all(isinstance(b, Scrubber) for b in scrubbers)
+    for box in scrubbers:
+        assert box.preprocess(box.maximum + 50) == box.maximum and box.preprocess(-3) == box.minimum
+        assert box.preprocess(None) == box.minimum and "sl-scrubber" in box.elem_classes
 
 
 def test_each_tab_refuses_an_out_of_range_box_with_its_sentence():

@@ -92,3 +92,29 @@ class ChoiceDropdown(gr.Dropdown):
     if TYPE_CHECKING:
         from gradio.components import Timer
         from gradio.components.base import Component
+class Scrubber(gr.Slider):
+    """A slider that picks a position in a finished run (a round, a step): a number typed past either end means that
+    end, as dragging there would (Gradio's own raised an Error with a traceback in the server log). The page JS
+    leaves its box to Gradio's clamp (class sl-scrubber)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, elem_classes=["sl-scrubber"], **kwargs)
+
+    def get_block_name(self) -> str:
+        return "slider"
+
+    def preprocess(self, payload):
+        if payload is None:
+            return self.minimum
+        try:
+            number = float(payload)
+        except (TypeError, ValueError):
+            return self.minimum
+        return super().preprocess(min(max(number, self.minimum), self.maximum))
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+    

@@ -236,7 +236,7 @@ PAGE_JS = """
   window.addEventListener('blur', (event) => {
     const box = event.target;
     if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.value === '' ||
-        !(box.getAttribute('aria-label') || '').startsWith('number input for ')) return;
+        box.closest('.sl-scrubber') || !(box.getAttribute('aria-label') || '').startsWith('number input for ')) return;
     const value = Number(box.value);
     if ((box.min !== '' && value < Number(box.min)) || (box.max !== '' && value > Number(box.max))) {
       event.stopImmediatePropagation();
