@@ -59,8 +59,13 @@ def test_tab_reaches_the_model_controls_soon_after_run_and_skips_plot_toolbars(w
     shot(page, "tab-order-model-focused-1280")
 
 
-def test_an_out_of_range_temperature_is_refused_in_words_not_clamped(wide, demo_url, capfd):
-    page = opened(wide, demo_url)
+@pytest.mark.parametrize("width", [1280, 420])
+def test_an_out_of_range_temperature_is_refused_in_words_not_clamped(browser, demo_url, capfd, width):
+    with new_context(browser, width, 900) as context:
+        _refused_in_words(opened(context, demo_url), width, capfd)
+
+
+def _refused_in_words(page, width: int, capfd) -> None:
     page.get_by_text("Sampling and length").click()
     box = page.locator('input[aria-label="number input for temperature"]')
     box.fill("100")
@@ -70,7 +75,8 @@ def test_an_out_of_range_temperature_is_refused_in_words_not_clamped(wide, demo_
     page.wait_for_function("() => document.querySelector('#sl-error').innerText.includes('temperature must be')")
     error = page.locator("#sl-error").inner_text()
     assert "temperature must be from 0 to 2, got 100" in error and "Not run" in page.locator("#sl-status").inner_text()
-    shot(page, "out-of-range-temperature-1280", publish=True)
+    page.locator("#sl-status").scroll_into_view_if_needed()
+    shot(page, f"out-of-range-temperature-{width}", publish=True)
     log = capfd.readouterr().err
     assert not [word for word in LOG_WORDS if word in log], log[-3000:]
 
