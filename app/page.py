@@ -13,7 +13,9 @@ from app.figures.race import RACE_CSS
 from app.figures.stats import STATS_CSS
 from app.figures.whisper import WHISPER_CSS
 from app.shared import glossary
+from app.shared.errors import log_handled
 from app.shared.optional import WHISPER, build_or_explain
+from app.shared.session import stop_runs_of_page
 from app.shared.theme import PAGE_CSS, PAGE_JS, SCROLL_CSS
 from app.tabs import beams as beams_tab
 from app.tabs.batch import layout as batch_tab
@@ -38,6 +40,13 @@ def build_demo() -> gr.Blocks:
         # unlabelled "⋯" menu); arrow keys move between them (theme.PAGE_JS).
         with gr.Tabs(overflow_behavior="wrap", elem_id="sl-tabs"):
             _tabs(demo)
+
+        def page_closed(request: gr.Request) -> None:  # its runs and loads stop; the next visitor need not wait
+            stopped = stop_runs_of_page(demo, request.session_hash)
+            if stopped:
+                log_handled("page", f"a page closed: {stopped} of its runs stopped")
+
+        demo.unload(page_closed)
     return demo
 
 

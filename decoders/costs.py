@@ -12,7 +12,8 @@ version, thread count), the model, the dtype, the kernels and the path the forwa
 and CUDA graphs or not); `measure(..., refresh=True)` times it again. The draft controller (decoders/controller.py),
 the Race's t(n) panel and bench read it. A run is priced with the curve of its own path: an H200's graph path costs
 t(2-4) = 1.21, t(5-32) = 1.38, t(33-64) = 1.52, far flatter than the eager DynamicCache's, whose curve capped the
-graph runs' drafts at 32 (+ the root = 33, padded to 64).
+graph runs' drafts at 32 (+ the root = 33, padded to 64). The controller prices verification no higher than the
+repeats tell n tokens from one (`CostCurve.priced`, `beyond_noise`).
 
 Each curve records what it was measured under: the load average per core (its 1-minute average when the timing
 ended) and the context length. A controlled run (`for_run`) measures again when the stored curve was taken on a busy
@@ -27,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import functools
 import json
 import os
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -86,11 +88,23 @@ class CostCurve:
     def t(self, n: int, tree: bool = False) -> float:
         """t(n)/t(1), linear between measured n and along the last segment beyond the largest; on a padded path
         (PADDED) that of the first measured n' >= n, which runs at the same bucket (every bucket is measured)."""
-        curve = self.tree if tree else self.chain
+        return self._read(self.tree if tree else self.chain, n)
+
+    def priced(self, n: int, tree: bool = False) -> float:
+        """What the draft controller pays to verify n tokens: the chain's t(n)/t(1) no higher than its repeats can
+        tell n from 1 (`beyond_noise`), read as t() reads (a padded path at n's bucket). Trees keep their medians
+        (no spread is timed for them)."""
+        return self._read(self.tree if tree else self._chain_beyond_noise, n)
+
+    def _read(self, curve: dict[int, float], n: int) -> float:
         wider = [m for m in curve if m >= n]
         if self.path in PADDED and wider:
             return curve[min(wider)]
         return interpolate(curve, n)
+
+    @functools.cached_property
+    def _chain_beyond_noise(self) -> dict[int, float]:
+        return beyond_noise(self.chain, self.spread)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -100,7 +114,8 @@ class CostCurve:
 
     @classmethod
     def from_dict(cls, data: dict) -> "CostCurve":
-        data = dict(data)
+        known = {f.name for f in fields(cls)}  # a cache shared with another version may carry fields this one lacks
+        data = {key: value for key, value in data.items() if key in known}
         for key in ("chain", "tree", "raw_chain", "raw_tree"):
             data[key] = {int(n): float(v) for n, v in data.get(key, {}).items()}
         data["spread"] = {int(n): tuple(v) for n, v in data.get("spread", {}).items()}
@@ -131,6 +146,24 @@ def smooth(seconds: dict[int, float]) -> dict[int, float]:
     fitted = monotone([seconds[n] for n in ns])
     base = fitted[0]
     return {n: max(1.0, value / base) for n, value in zip(ns, fitted)}
+
+
+def beyond_noise(curve: dict[int, float], spread: dict[int, tuple[float, float]]) -> dict[int, float]:
+    """t(n)/t(1) lowered to the least its repeats allow, n's fastest timing over 1's slowest, then made
+    non-decreasing again (1 at least). Where the spreads of n and 1 overlap the repeats cannot tell verifying n tokens
+    from verifying one, and the price is 1; a curve whose repeats agree (a quiet machine) keeps about its medians.
+
+    Why: on a busy machine a curve's medians carry the load of the moment. The Race's copy task (prompt lookup, whose
+    drafts cost c = 0) weighed t(2)/t(1) = 1.75 from a busy curve, so one rejection priced every draft out: cap 0 in 3
+    of 9 rounds of text it then copied, and the cost-aware preset trailed static γ = 4 (1.27x against 1.84x). A free
+    drafter with a match loses nothing by drafting unless verifying more tokens surely costs more; a curve that is
+    steep beyond its noise still prices drafts out."""
+    if 1 not in spread or spread[1][1] <= 0:
+        return dict(curve)  # an old cached curve without its spread: the medians, as before
+    slowest_one = spread[1][1]
+    lowered = {n: min(t, spread[n][0] / slowest_one) if n in spread else t for n, t in curve.items()}
+    ns = sorted(lowered)
+    return {n: max(1.0, value) for n, value in zip(ns, monotone([lowered[n] for n in ns]))}
 
 
 def interpolate(curve: dict[int, float], n: int) -> float:

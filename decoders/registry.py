@@ -298,7 +298,7 @@ def run_costs(ctx: BuildContext, prompt_tokens: int = 0) -> "RunCosts | None":
 
     curve, used = costs.for_run(ctx.target, prompt_tokens, path=ctx.runner.plan.path)  # priced on the run's own path
     spec = drafter(ctx.options.drafter)
-    return RunCosts(t=lambda n: curve.t(n, tree=is_tree(ctx.options)), c=spec.cost_prior(ctx), curve=curve,
+    return RunCosts(t=lambda n: curve.priced(n, tree=is_tree(ctx.options)), c=spec.cost_prior(ctx), curve=curve,
                     verify_share=spec.verify_share(ctx), used=used)
 
 

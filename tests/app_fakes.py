@@ -14,6 +14,6 @@ class FakeTarget:
 
 
 @contextlib.contextmanager
-def fake_loaded(*options, report=None, turn=None):
+def fake_loaded(*options, report=None, turn=None, stop=None):
     """app.shared.loading.loaded's shape: one (target, draft) pair per option set."""
     yield [(FakeTarget(), None)]

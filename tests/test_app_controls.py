@@ -302,6 +302,27 @@ def test_a_run_of_the_opening_prompt_says_whether_it_repeated_the_recording():
     assert opening_differences(longer, "another prompt") is None
 
 
+def test_the_differences_from_the_recording_name_only_what_the_method_reads_in_the_controls_words(monkeypatch):
+    """Issue 47.7: a chain drafter's run listed K and M, which it never reads, and "tree source None → auto"."""
+    from dataclasses import replace
+
+    from app.tabs.generate.controls import OPENING_PROMPT, opening_differences
+
+    chain = replace(OPENING, method="speculative", drafter="prompt-lookup", tree_k=OPENING.tree_k + 1,
+                    tree_m=OPENING.tree_m + 1, eagle_head="auto").to_dict()
+    said = opening_differences(chain, OPENING_PROMPT)
+    assert not any(line.startswith(("K ", "M ", "D ", "tree source")) for line in said), said
+    assert any(line.startswith("drafter ") for line in said) or OPENING.drafter == "prompt-lookup", said
+    moved = replace(OPENING, method="speculative", drafter="eagle2", eagle_head="auto", tree_m=OPENING.tree_m + 2)
+    import app.tabs.generate.controls as controls
+
+    monkeypatch.setattr(controls, "OPENING", replace(OPENING, drafter="eagle2", eagle_head=None))
+    said = opening_differences(moved.to_dict(), OPENING_PROMPT)
+    assert "tree source the draft model → an EAGLE head" in said
+    assert f"M {OPENING.tree_m} → {OPENING.tree_m + 2}" in said
+    assert not any("None" in line or "auto" in line for line in said), said
+
+
 def test_the_finished_status_names_what_differed(monkeypatch):
     from dataclasses import replace
 

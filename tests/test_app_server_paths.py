@@ -81,6 +81,10 @@ def test_a_long_prompt_says_how_far_it_has_been_read(tiny_models, monkeypatch):
     reading = [s for s in statuses if s.startswith("Reading the prompt")]
     assert reading[0].startswith("Reading the prompt: 32 of ") and "(the target; Stop ends it within one chunk)" in \
         reading[0]
+    # issue 47.8: the same prompt length as "Processing the prompt (N tokens)" said, not N - 1
+    processing = next(s for s in statuses if s.startswith("Processing the prompt ("))
+    length = processing.split("(")[1].split(" token")[0]
+    assert all(f" of {length} token" in s for s in reading), (processing, reading)
     assert any("(the draft model, after the target;" in s for s in reading)
     assert statuses[-1].startswith("Done: 4 tokens in")
 
@@ -283,3 +287,43 @@ def test_every_model_load_happens_inside_the_decode_slot(tiny_models, monkeypatc
     assert run_all(max_new_tokens=4)[-1]["state"].stop_reason == "max_new_tokens"
     list(batch.run_batch("ab ab ab\ncd cd", "smollm2-135m", "batched speculative", "prompt-lookup", 4, 0.0, ""))
     assert len(inside) == 4 and all(inside), inside  # each run: the handler's load, then the decode's own
+
+
+# ---- 47.5: progress where the eye is ------------------------------------------------------------------------------
+
+def test_the_progress_bar_counts_the_decoded_tokens_after_the_load(tiny_models):
+    """The bar over the result said the load's "ready 100 %" for a whole (bf16 baseline) decode; it now counts
+    tokens, up to all of them."""
+    bars = []
+    list(handlers.run(*controls(max_new_tokens=6), progress=lambda fraction, desc="": bars.append((fraction, desc)),
+                      session=RunSession()))
+    decoding = [(f, d) for f, d in bars if d.startswith("decoding with smollm2-135m: ")]
+    assert decoding and decoding[-1] == (1.0, "decoding with smollm2-135m: 6 of 6 new tokens"), bars
+    assert all(a[0] <= b[0] for a, b in zip(decoding, decoding[1:]))
+
+
+def test_the_race_says_which_run_of_which_method_is_going(monkeypatch):
+    from decoders.options import DecodeOptions
+
+    def results(options, prompt):
+        yield {"running": 0, "phase": "its warm-up"}
+        yield {"running": 0, "phase": "its warm-up"}  # a second tick of the same phase: said once
+        yield {"running": 0, "phase": "timed run 2 of 3"}
+
+    bars = []
+    monkeypatch.setattr(race, "race_runs", results)
+    lines = [r["race_status"] for r in race._raced([DecodeOptions(), DecodeOptions(dtype="bfloat16")], "hi",
+                                                   RunSession(), lambda f, desc="": bars.append((f, desc)))]
+    assert lines[1:] == ["Racing 1/2: autoregressive baseline, its warm-up…",
+                         "Racing 1/2: autoregressive baseline, timed run 2 of 3…"], lines
+    assert [f for f, _ in bars] == [0.0, 0.25] and bars[-1][1] == lines[-1]
+
+
+def test_the_whisper_status_sits_under_its_transcribe_button():
+    from app.page import build_demo
+
+    demo = build_demo()
+    run = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sw-run")
+    status = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sw-status")
+    column = run.parent.parent  # the Run / Stop row's column
+    assert status.parent is column and column.children.index(status) == column.children.index(run.parent) + 1

@@ -99,7 +99,7 @@ def test_race_runs_each_method_once_per_click(events, monkeypatch, trace):
             yield trace.to_dict()
 
     @contextlib.contextmanager
-    def fake_loaded(*runs, report=None, turn=None):
+    def fake_loaded(*runs, report=None, turn=None, stop=None):
         yield []
 
     monkeypatch.setattr(race, "race_runs", fake_race_runs)

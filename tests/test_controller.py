@@ -386,3 +386,47 @@ def test_the_draft_cost_is_timed_on_drafting_alone(tiny, drafts, monkeypatch):
                      draft=drafts["noisy"])
     assert len(seen) >= 3 and max(seen) < 0.3, seen
     assert all(r.seconds["bookkeeping"] >= 0.3 for r in trace.rounds[1:])  # it is counted, as bookkeeping
+
+
+def _curve(spread_of_one: float, spread_of_n: float):
+    """A t(n)/t(1) whose medians read t(2) = 1.75 (the busy curve of issue 47 item 2), timed with the given relative
+    spread around each median (min, max seconds of the repeats)."""
+    from decoders.costs import CostCurve
+
+    step, chain = 0.05, {1: 1.0, 2: 1.75, 4: 2.0, 8: 2.6, 16: 3.6, 32: 6.0}
+    spread = {n: (step * t * (1 - (spread_of_one if n == 1 else spread_of_n)),
+                  step * t * (1 + (spread_of_one if n == 1 else spread_of_n))) for n, t in chain.items()}
+    return CostCurve("m", "float32", "packed", "cpu", tuple(chain), step, step, chain, dict(chain), spread=spread)
+
+
+def _caps_after_a_missed_round(t, rounds: int = 9) -> list[int]:
+    """Prompt lookup (c = 0) whose first round missed at depth 1, then every draft accepted: the caps it chose."""
+    rule = CostAwareRule(StaticRule(4), t=t, c=0.0)
+    rule.update(0, 4)  # a missed first round: α at depth 1 reads about one half
+    caps = []
+    for _ in range(rounds):
+        caps.append(rule.limit())
+        rule.update(caps[-1], caps[-1])
+    return caps
+
+
+def test_a_noisy_curve_cannot_price_out_a_free_drafter_but_a_steep_one_still_can(monkeypatch):
+    """Issue 47 item 2: on the Race's copy task prompt lookup (c = 0.00) had cap 0 in 3 of 9 rounds, priced on a busy
+    curve's t(2)/t(1) = 1.75 whose repeats spread as widely as that. The controller prices verification beyond the
+    noise its repeats show (decoders/costs.py beyond_noise): a curve that noisy cannot price a free drafter out, and
+    one as steep but timed tightly still does, as the medians alone did."""
+    from decoders import costs, registry
+
+    noisy, tight = _curve(0.4, 0.4), _curve(0.02, 0.02)
+    assert noisy.priced(2) == 1.0 and noisy.priced(32) <= noisy.t(32)  # t(2)'s spread overlaps t(1)'s
+    assert tight.priced(2) == pytest.approx(1.75 * 0.98 / 1.02) and tight.priced(32) > 5.0
+    assert all(a <= b for a, b in zip([noisy.priced(n) for n in range(1, 40)], [noisy.priced(n) for n in range(2, 41)]))
+    assert _caps_after_a_missed_round(noisy.t).count(0) >= 3  # the medians priced it out (the old controller)
+    assert 0 not in _caps_after_a_missed_round(noisy.priced)
+    assert _caps_after_a_missed_round(tight.priced)[0] == 0  # steep beyond its noise: still priced out
+    # the run's controller weighs the curve the same way (decoders/registry.py run_costs)
+    ctx = registry.BuildContext(DecodeOptions(method="speculative", drafter="prompt-lookup", controller="cost"),
+                                runner=None, target=None, draft=None)
+    monkeypatch.setattr(costs, "for_run", lambda target, prompt_tokens: (noisy, {}))
+    weighed = registry.run_costs(ctx, 20)
+    assert [weighed.t(n) for n in (2, 8, 32)] == [noisy.priced(n) for n in (2, 8, 32)]

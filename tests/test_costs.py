@@ -152,3 +152,9 @@ def test_on_a_padded_path_t_of_n_is_its_buckets_cost():
     assert [graphs.t(n) for n in (1, 3, 5, 17, 32, 33, 64)] == [1.0, 1.21, 1.38, 1.38, 1.38, 1.57, 1.57]
     dynamic = costs.CostCurve("m", "float32", "packed", "gpu", tuple(h200), 0.004, 0.004, h200, h200)
     assert dynamic.t(33) == pytest.approx(1.38 + 0.19 / 32) and graphs.t(65) == dynamic.t(65)  # beyond: the slope
+
+
+def test_a_curve_stored_by_another_version_with_more_fields_still_reads():
+    """The cost cache is shared by every checkout on the machine; a newer one's extra field must not break a run."""
+    curve = costs.CostCurve("m", "float32", "stock", "cpu", (1, 2), 0.1, 0.1, {1: 1.0, 2: 1.1}, {1: 1.0, 2: 1.2})
+    assert costs.CostCurve.from_dict({**curve.to_dict(), "a_later_field": "dynamic"}) == curve

@@ -288,7 +288,8 @@ def test_sampled_tooltips_show_the_test_and_never_claim_greedy(tiny_traces):
     assert hovers.get("not_reached"), "the fixture run must leave a draft unreached"
     for text in hovers["not_reached"]:
         assert "greedy" not in text
-        assert "never judged" in text
+        assert "no acceptance test ran on it" in text  # issue 47.8: its p is shown, so never "never judged"
+        assert "never judged" not in text and "from the same verification forward" in text
     for text in hovers["accepted"] + hovers["rejected"]:
         assert "acceptance prob" in text
         assert "uniform draw u = " in text

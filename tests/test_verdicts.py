@@ -83,7 +83,8 @@ def test_the_race_yields_one_verdict_per_method(monkeypatch):
 
     recorded = [read_trace_file(TRACES / name).to_dict() for name in ("baseline-chat.json", "lookup-code-edit.json")]
     monkeypatch.setattr(race, "loaded",
-                        lambda *runs, report=None, turn=None: contextlib.nullcontext([(None, None)] * len(runs)))
+                        lambda *runs, report=None, turn=None, stop=None:
+                        contextlib.nullcontext([(None, None)] * len(runs)))
     monkeypatch.setattr(race, "race_runs", lambda options, prompt: (data for data in recorded[:len(options)]))
     values = {"prompt": "Rename x", "model": "smollm2-135m", "dtype": "auto", "draft_model": None,
               "methods": ["prompt lookup · static γ=4"], "max_new_tokens": 48, "temperature": 0.0, "seed": 0}

@@ -279,6 +279,7 @@ def cost_curves_figure(here: dict | None, elsewhere: dict | None, height: int = 
     title = wrap_title(f"Verification cost t(n)/t(1) · {' vs '.join(models)}")
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=height, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=title_margin(title), b=10), legend=legend_below(),
+                      showlegend=True,  # a lone curve names its machine too (plotly hides a one-trace legend)
                       xaxis=dict(title="n (tokens verified at once)", gridcolor="#eee", type="log",
                                  tickvals=[1, 2, 4, 8, 16, 32, 64]),
                       yaxis=dict(title="t(n)/t(1) (one-token steps)", gridcolor="#eee", rangemode="tozero"))

@@ -139,8 +139,10 @@ def _draft_lines(graph: nx.DiGraph, node: int, rnd: RoundRecord, greedy: bool) -
              f"p (target prob after its parent) = {sig(record.p)}"]
     if greedy:
         lines.append("(greedy: q and p are softmax at temperature 1, for reference; only the argmax decides)")
-    if record.status == "not_reached":
-        lines.append("not reached: a draft before it was rejected, so the target never judged it")
+    if record.status == "not_reached":  # its p came out of the same forward; no acceptance test ran on it
+        lines[1] = (f"p (target prob after its parent, from the same verification forward) = {sig(record.p)}"
+                    if record.p is not None else "p: none (the verification forward gave none for it)")
+        lines.append("not reached: a draft above it was rejected, so no acceptance test ran on it")
         return lines
     if record.accept_prob is None:
         return lines

@@ -16,6 +16,10 @@ from app.shared.hosting import check_prompt_length, max_prompt_tokens
 LOAD_PHASES = (("joining", 0.05), ("casting", 0.2), ("converting", 0.2), ("loading from cache", 0.3),
                ("saving", 0.8), ("moving to", 0.9), ("float32 matmuls packed", 0.95), ("ready", 1.0))
 
+class LoadCancelled(RuntimeError):
+    """A load stopped at its next step: Stop was pressed, or the page that asked for it was closed."""
+
+
 def _models_module():
     try:
         from decoders.runtime import models
@@ -66,23 +70,44 @@ def load_draft(name: str, options: DecodeOptions, report: Callable[[float, str],
     return api_load_draft(name, options, _progress(name, report))
 
 
-def load_models(options: DecodeOptions, report=None) -> tuple[object, object | None]:
+def load_models(options: DecodeOptions, report=None, stop: Callable[[], bool] | None = None
+                ) -> tuple[object, object | None]:
+    """The run's target and draft (None when it needs none). With `stop`, every step of the loads first asks whether
+    the run is still wanted and ends the load with LoadCancelled when not: a closed page's load (app/page.py) used to
+    run to its end, a first conversion included, while the next visitor waited behind it."""
+    report = _stoppable(report, stop)
+    if report is not None:
+        report(0.0, f"loading {options.model}")
     target = load(options.model, options, report)
     name = draft_name(options)
     draft = load_draft(name, options, report) if name else None
     return target, draft
 
 
+def _stoppable(report, stop: Callable[[], bool] | None):
+    if stop is None:
+        return report
+
+    def checked(fraction, message: str) -> None:
+        if stop():
+            raise LoadCancelled("Stopped while loading the model (at its next step); nothing ran.")
+        if report is not None:
+            report(fraction, message)
+
+    return checked
+
+
 @contextlib.contextmanager
-def loaded(*runs: DecodeOptions, report=None, turn: Turn | None = None):
+def loaded(*runs: DecodeOptions, report=None, turn: Turn | None = None, stop: Callable[[], bool] | None = None):
     """Load every model these runs need inside the decode slot (after `turn`'s wait in line, when given), then keep
-    them held until the block ends.
+    them held until the block ends. `stop` (the run's Stop, which a closed page also sets: app/page.py) ends the load
+    at its next step with LoadCancelled.
 
     Inside the slot: a load is a minute of CPU work on a first conversion, and it must not run while another tab's
     race is being timed. Held afterwards: nothing can evict them (decoders/runtime/residency.py) between this load and the
     decode that uses them, which takes the slot again for itself (and loads them there again: cache hits)."""
     with DECODE_SLOT.hold(what="a model load", turn=turn):
-        pairs = [load_models(options, report) for options in runs]
+        pairs = [load_models(options, report, stop) for options in runs]
     with contextlib.ExitStack() as holding:
         for target, draft in pairs:
             holding.enter_context(_models_module().hold(target, draft))

@@ -40,6 +40,23 @@ class EarlierOutputs:
         self.stores.clear()
 
 
+def stop_runs_of_page(demo, session_hash: str | None) -> int:
+    """A page was closed (Gradio's unload, app/page.py): every run of its tabs stops as Stop would stop it, a model
+    load at its next step included (app/shared/loading.py). Gradio keeps each tab's RunSession in the page's server
+    state, so that is where they are found. Returns how many were running or queued."""
+    holder = getattr(getattr(demo, "server_app", None), "state_holder", None)
+    page = getattr(holder, "session_data", {}).get(session_hash) if holder is not None and session_hash else None
+    if page is None:
+        return 0
+    stopped = 0
+    # state_data: every gr.State value the page has used (state_components lists only those an event wrote)
+    for session in [value for value in dict(getattr(page, "state_data", {})).values() if isinstance(value, RunSession)]:
+        if session.running or session.queued:
+            session.request_stop()
+            stopped += 1
+    return stopped
+
+
 class RunSession:
     """The counters change from two threads (the Run event's worker and the Stop event's), so every change of
     queued / skip / running happens under one lock: a Stop between a run's `admit` and its `begin` must neither

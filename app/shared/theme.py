@@ -190,6 +190,13 @@ PAGE_CSS = provenance_css() + f"""
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}
+/* A dropdown's long value (a recorded run's name at 420 px) ends in "…" before its arrow, never under it. */
+.secondary-wrap > input[role="combobox"] {{ min-width: 0; text-overflow: ellipsis; }}
+.secondary-wrap:has(> .icon-wrap) > input[role="combobox"] {{ padding-right: 26px !important; }}
+/* An empty coloured-text panel (Batch before a run) showed Gradio's "empty" icon, which reads as a broken image. */
+.block:has(> .empty[aria-label="Empty value"]) .empty .icon {{ display: none; }}
+#bt-row-text .empty::after {{ content: "No row yet: run a batch, then pick a row to read its text here.";
+    font-size: 14px; color: var(--body-text-color-subdued, #666); padding: 0 16px; text-align: center; }}
 """
 
 # Runs once on page load (launch(js=...)), and again (debounced) whenever Gradio redraws part of the page:
@@ -218,7 +225,23 @@ PAGE_JS = """
     box.toggleAttribute('data-overflows', inner.scrollWidth > inner.clientWidth + 1);
     box.toggleAttribute('data-at-end', inner.scrollLeft + inner.clientWidth >= inner.scrollWidth - 1);
   });
-  const refresh = () => { label(); rove(); measure(); };
+  // Plot toolbars stay usable by mouse but leave the Tab order: ten buttons per plot put the controls 40 to 60 Tab
+  // presses past Run (issue 47.6); the plots' own data is in their aria-label (label above).
+  const untab = () => document.querySelectorAll('.modebar button, .modebar a, .modebar-btn').forEach((b) => {
+    if (b.getAttribute('tabindex') !== '-1') b.setAttribute('tabindex', '-1');
+  });
+  const refresh = () => { label(); rove(); measure(); untab(); };
+  // A slider's number box keeps a value outside its range when it loses focus (Gradio's own blur handler clamps it,
+  // so Run ran T = 2 for a typed 100): the server then refuses it in words (app/shared/boxes.py).
+  window.addEventListener('blur', (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.value === '' ||
+        box.closest('.sl-scrubber') || !(box.getAttribute('aria-label') || '').startsWith('number input for ')) return;
+    const value = Number(box.value);
+    if ((box.min !== '' && value < Number(box.min)) || (box.max !== '' && value > Number(box.max))) {
+      event.stopImmediatePropagation();
+    }
+  }, true);
   document.addEventListener('keydown', (event) => {
     const tab = event.target.closest && event.target.closest('[role=tab]');
     const list = tab && tab.closest('[role=tablist]');

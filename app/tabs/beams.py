@@ -13,6 +13,8 @@ from typing import Iterator
 
 import gradio as gr
 
+from app.shared.boxes import Bounded, Scrubber, refuse_out_of_range
+
 from decoders.beams.trace import BeamTrace, BeamTraceError
 from decoders.api import draft_for
 from decoders.options import BEAM_METHODS, DecodeOptions, OptionsError
@@ -50,6 +52,7 @@ memory mode "one input beam" carries a single beam between iterations (one targe
 def options_for(method: str, model: str, draft: str | None, width, gamma, thres, min_width, memory: str,
                 max_tokens, seed) -> DecodeOptions:
     """The controls as validated DecodeOptions (OptionsError with the fix on bad input)."""
+    refuse_out_of_range((width, gamma, thres, min_width, max_tokens))
     if method not in BEAM_METHODS:
         raise OptionsError(f"method must be one of {', '.join(BEAM_METHODS)}, got {method!r}")
     if memory not in MEMORY_MODES:
@@ -118,7 +121,8 @@ def run_beams(prompt: str, model: str, draft: str, method: str, width, gamma, th
             if turn.cancelled:
                 yield {**_skip(), "status": NOT_STARTED}
                 return
-            with loading.loaded(options, turn=turn):  # loaded inside the slot, then held: no eviction before the decode
+            # loaded inside the slot, then held: no eviction before the decode
+            with loading.loaded(options, turn=turn, stop=session.stop_requested.is_set):
                 iterations = decode_iterations(options.to_dict(), prompt, draft_name)
                 yield from _iterations(iterations, session, note)
     except (OptionsError, BeamTraceError, RuntimeError, ValueError, OSError, *loading.model_error_types()) as err:
@@ -273,15 +277,15 @@ def build() -> dict:
             draft = gr.Dropdown([SAME_AS_PAIRING] + models, value=SAME_AS_PAIRING, label="Draft model (DSBD)",
                                 allow_custom_value=not registry_only(), elem_id="bm-draft")
         with gr.Column(scale=2, min_width=320):
-            width = gr.Slider(1, 8, value=4, step=1, label="width (beams; DSBD: W draws per layer)")
-            gamma = gr.Slider(1, 8, value=4, step=1, label="γ (DSBD: draft layers per iteration)")
-            thres = gr.Slider(0.05, 1.0, value=0.7, step=0.05, label="thres (DSBD: width cut on P(A ≥ K))")
-            min_width = gr.Slider(1, 8, value=1, step=1, label="min width (DSBD: K_min)")
+            width = Bounded(1, 8, value=4, step=1, label="width (beams; DSBD: W draws per layer)")
+            gamma = Bounded(1, 8, value=4, step=1, label="γ (DSBD: draft layers per iteration)")
+            thres = Bounded(0.05, 1.0, value=0.7, step=0.05, label="thres (DSBD: width cut on P(A ≥ K))")
+            min_width = Bounded(1, 8, value=1, step=1, label="min width (DSBD: K_min)")
             memory = gr.Radio(list(MEMORY_MODES), value=next(iter(MEMORY_MODES)), label="memory mode (DSBD)")
-            max_tokens = gr.Slider(1, 256, value=48, step=1, label="max tokens")
+            max_tokens = Bounded(1, 256, value=48, step=1, label="max tokens")
             seed = gr.Number(0, precision=None, label="seed")  # what was typed: 1.5 is refused, not rounded
     out = {"status": gr.Markdown("", elem_id="bm-status"), "error": gr.HTML("", elem_id="bm-error"),
-           "iteration": gr.Slider(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
+           "iteration": Scrubber(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
                                   elem_id="bm-iteration"),
            "forest": gr.Plot(forest_figure(None), label="beam forest", elem_id="bm-forest")}
     with gr.Row(equal_height=False):  # min_width: on a phone (420 px) the two panels stack instead of squeezing

@@ -17,6 +17,7 @@ from decoders.batch import MAX_BATCH, BatchTrace, batched_drafters
 from decoders.options import DecodeOptions, OptionsError
 from decoders.trace import TraceError
 
+from app.shared.boxes import refuse_out_of_range
 from app.figures.batch import batch_stats_html, lanes_html, throughput_figure, why_sentences
 from app.figures.rule import rounds_figure
 from app.figures.stats import stats_html
@@ -50,7 +51,7 @@ def parse_prompts(text: str) -> list[str]:
         raise OptionsError("type at least one prompt: one per line, each line is one row of the batch")
     if len(prompts) > MAX_BATCH:
         raise OptionsError(f"{len(prompts)} prompts: a batch takes at most {MAX_BATCH} rows; remove "
-                           f"{len(prompts) - MAX_BATCH} lines")
+                           f"{counted(len(prompts) - MAX_BATCH, 'line')}")
     return prompts
 
 
@@ -70,6 +71,7 @@ def parse_seeds(text: str, n: int) -> list[int] | None:
 
 
 def options_for(model: str, method: str, drafter: str, max_tokens, temperature) -> DecodeOptions:
+    refuse_out_of_range((max_tokens, temperature))
     if method not in METHODS:
         raise OptionsError(f"method must be one of: {', '.join(METHODS)}")
     if drafter not in batched_drafters():
@@ -108,7 +110,7 @@ def run_batch(prompts_text: str, model: str, method: str, drafter: str, max_toke
             if turn.cancelled:
                 yield {**_skip(), "status": NOT_STARTED}
                 return
-            with loading.loaded(options, report=report, turn=turn):
+            with loading.loaded(options, report=report, turn=turn, stop=session.stop_requested.is_set):
                 rounds = decode_batch(options.to_dict(), prompts, seeds)
                 try:
                     for data in rounds:

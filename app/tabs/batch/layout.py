@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.shared.boxes import Bounded, Scrubber
+
 from decoders.batch import batched_drafters
 
 from app.figures.batch import LANES_JS, lanes_html, throughput_figure
@@ -47,8 +49,8 @@ def build() -> None:
             model = gr.Dropdown(models, value="smollm2-135m" if "smollm2-135m" in models else models[0],
                                 label="Target model", allow_custom_value=not registry_only(), elem_id="bt-model")
         with gr.Column(scale=2, min_width=280):
-            max_tokens = gr.Slider(1, 256, value=32, step=1, label="max tokens per row", elem_id="bt-max")
-            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)",
+            max_tokens = Bounded(1, 256, value=32, step=1, label="max tokens per row", elem_id="bt-max")
+            temperature = Bounded(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)",
                                     elem_id="bt-temp")
             seeds = gr.Textbox("", label="seeds (one, or one per row; sampling only)", elem_id="bt-seeds")
     out = {"status": gr.Markdown("", elem_id="bt-status"), "error": gr.HTML("", elem_id="bt-error"),
@@ -59,7 +61,7 @@ def build() -> None:
                                          color_map=PROVENANCE_COLORS, show_legend=False, show_inline_category=False,
                                          combine_adjacent=False, interactive=False, elem_id="bt-row-text")
     out["legend"] = gr.HTML(legend_html(), elem_id="bt-legend")
-    out["slider"] = gr.Slider(1, 2, value=1, step=1, label="round of this row", elem_id="bt-round")
+    out["slider"] = Scrubber(1, 2, value=1, step=1, label="round of this row", elem_id="bt-round")
     with gr.Row():
         out["tree"] = gr.Plot(empty_figure("Run a batch, then click a lane: that row's round opens here."),
                               label="the row's round", elem_id="bt-tree", min_width=360)

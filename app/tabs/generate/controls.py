@@ -56,12 +56,35 @@ COMPARED = {"model": "target model", "dtype": "number format", "method": "method
 
 def opening_differences(options: dict, prompt: str) -> list[str] | None:
     """For a run of the opening recording's prompt: the settings that differ from the recording's, as
-    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare)."""
+    "max new tokens 48 → 100" ([] = the same settings); None for another prompt (nothing to compare). Only the
+    fields the live run's method reads are compared (a chain drafter reads no K or M), each said the way its control
+    says it ("tree source the draft model → an EAGLE head", never "None → auto")."""
     if not OPENING_PROMPT or prompt != OPENING_PROMPT:
         return None
     recorded = OPENING.to_dict()
-    return [f"{label} {recorded.get(name)} → {options.get(name)}" for name, label in COMPARED.items()
-            if name in options and options.get(name) != recorded.get(name)]
+    try:
+        read = DecodeOptions.from_dict({k: v for k, v in options.items() if k in _FIELDS}).fields_in_use()
+    except Exception:  # options this version cannot read: compare what both name
+        read = frozenset(COMPARED)
+    return [f"{label} {_in_words(name, recorded.get(name))} → {_in_words(name, options.get(name))}"
+            for name, label in COMPARED.items()
+            if name in options and name in read and options.get(name) != recorded.get(name)]
+
+
+_FIELDS = {f.name for f in fields(DecodeOptions)}
+
+
+def _in_words(name: str, value) -> str:
+    """A setting's value as its control shows it."""
+    if name == "eagle_head":
+        return dict(TREE_SOURCES)[FROM_DRAFT if value is None else FROM_HEAD].split(" (")[0]
+    if name == "draft_model" and value is None:
+        return "the registry's pairing"
+    if name == "chat":
+        return "on" if value else "off"
+    if name == "dtype" and value == "auto":
+        return "auto (float32)"
+    return str(value)
 RESTING_LAM_RULE = "adaedl"  # whose starting λ the (hidden) λ slider holds while the rule has no λ
 # Controls whose choices, value or visibility follow the method; each sets the DecodeOptions field of its name.
 TREE_CONTROLS = ("eagle_head", "tree_k", "tree_depth", "tree_m", "ddd_checks", "ddd_x", "ddd_steps", "ddd_width",
@@ -169,17 +192,23 @@ def control_states(model: str, method: str, drafter: str, rule: str, temperature
     drafts = draft_choices(model, drafter)
     draft = draft_model if draft_model in drafts else (drafts[0] if drafts else None)
     sources = tree_sources(model)
-    source = eagle_head if eagle_head in sources else (sources[0] if sources else FROM_DRAFT)
+    source = eagle_head if eagle_head in sources else (sources[0] if sources else None)  # none: nothing to pick
     used = fields_in_use(method, drafter, rule, _number(temperature), controller or "off")
     grows_from_head = grown(drafter) and source == FROM_HEAD
     states = {name: {"visible": name in used} for name in DEPENDENT}
-    states["drafter"].update(choices=drafters, value=drafter)
+    states["drafter"].update(choices=drafters, value=drafter, info=drafter_help(drafters))
     states["rule"].update(choices=rules, value=rule)
     states["draft_model"].update(choices=drafts, value=draft,
                                  visible="draft_model" in used and bool(drafts) and not grows_from_head)
     states["eagle_head"].update(choices=[(label, value) for value, label in TREE_SOURCES if value in sources],
                                 value=source)
     return states
+
+
+def drafter_help(drafters: list[str]) -> str:
+    """The drafter radio's help: one line per drafter offered (the registry's own words), none for one this target
+    does not offer (early exit and prophet only where their weights are trained for it)."""
+    return ". ".join(f"{name}: {registry.DRAFTERS[name].help}" for name in drafters if name in registry.DRAFTERS)
 
 
 def lam_for(rule: str) -> float | None:

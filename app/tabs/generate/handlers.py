@@ -15,11 +15,12 @@ from decoders.options import DecodeOptions, OptionsError, fields_in_use
 from decoders.trace import Trace, TraceError
 
 from app.tabs.generate.controls import DEFAULT_DRAFT, FROM_HEAD, opening_differences
+from app.shared.boxes import refuse_out_of_range
 from app.shared.decode_slot import DECODE_SLOT
 from app.shared.errors import log_handled
 from app.shared.hosting import check_model_allowed, gpu
 from app.shared.numbers import whole_field
-from app.shared.loading import check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
+from app.shared.loading import LoadCancelled, check_before_waiting, dtype_line, loaded, loaded_run, model_error_types
 from app.figures.text import round_of_span
 from app.shared.session import EarlierOutputs, RunSession
 from app.shared.theme import stop_words
@@ -41,7 +42,9 @@ D = DecodeOptions()
 
 def options_from(values: dict) -> DecodeOptions:
     """Map control values one-to-one onto DecodeOptions and validate (raises OptionsError). Controls that do not
-    apply to the chosen method (options.fields_in_use) are ignored, so a hidden control cannot break a run."""
+    apply to the chosen method (options.fields_in_use) are ignored, so a hidden control cannot break a run; a box
+    holding a number outside its slider's range is refused (app/shared/boxes.py), hidden or not."""
+    refuse_out_of_range(values.values())
     method = values.get("method") or D.method
     drafter = values.get("drafter") or D.drafter
     rule = values.get("rule") or D.rule
@@ -211,14 +214,16 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
                 yield {"status": NOT_STARTED}
                 return
             with loaded(options, report=lambda fraction, message: progress(fraction, desc=message),
-                        turn=turn) as [(target, _)]:
+                        turn=turn, stop=session.stop_requested.is_set) as [(target, _)]:
                 n_prompt = len(target.encode_prompt(prompt, chat=options.chat))
                 yield {"status": f"Processing the prompt ({counted(n_prompt, 'token')}) with {options.model} "
                                  f"({_dtype_of(target)})… the first round follows."}
                 live = bool(controls.get("live", True))
-                yield from _decode(options, prompt, live, session)
+                yield from _decode(options, prompt, live, session, progress)
     except OptionsError as err:
         yield _error(str(err))
+    except LoadCancelled as err:
+        yield {"status": str(err), "error": ""}
     except (TraceError, RuntimeError, ValueError, OSError, *model_error_types()) as err:
         yield _error(f"{type(err).__name__}: {err}", err)
     except Exception as err:  # never a traceback in the page; the server log keeps the details (_error)
@@ -228,9 +233,11 @@ def _run(controls: dict, progress, session: RunSession) -> Iterator[dict]:
 NOT_STARTED = "Stopped before your run started: it was waiting for its turn; nothing ran."
 
 
-def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession) -> Iterator[dict]:
+def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession,
+            progress: Callable = lambda *a, **k: None) -> Iterator[dict]:
     """Rendered rounds while live; otherwise a no-op update every STOP_POLL s, so Gradio can close the run. Before
-    the first round: what the run waits for, then how far the prompt has been read."""
+    the first round: what the run waits for, then how far the prompt has been read. The progress bar over the result
+    counts the tokens (it said "ready 100 %" from the load for the whole decode, issue 47.5)."""
     copies = "suffix_depth" in options.fields_in_use()  # suffix decoding reads the visitor's earlier outputs
     store = session.earlier.store(options.model).to_dict() if copies else None
     rounds = decode_rounds(options.to_dict(), prompt, STREAM_EVERY if live else STOP_POLL, store)
@@ -251,8 +258,12 @@ def _decode(options: DecodeOptions, prompt: str, live: bool, session: RunSession
                 yield _views(trace)  # the run's own last word: right even when Stop gave up waiting for it
                 return
             if trace.prefill and not trace.stop_reason:
+                progress(trace.prefill["read"] / prompt_length(trace.prefill), desc=_reading_line(trace))
                 yield {"status": _reading_line(trace)}
                 continue
+            made = len(trace.output_ids)
+            progress(min(made / options.max_new_tokens, 1.0),
+                     desc=f"decoding with {options.model}: {made} of {counted(options.max_new_tokens, 'new token')}")
             if trace.stop_reason:
                 if not remembered:
                     session.earlier.remember(trace)
@@ -268,8 +279,14 @@ def _reading_line(trace: Trace) -> str:
     """'Reading the prompt: 1,024 of 8,322 tokens (the target; Stop ends it within one chunk)…'"""
     where = trace.prefill
     who = "the target" if where["model"] == "target" else "the draft model, after the target"
-    return (f"Reading the prompt: {where['read']:,} of {counted(where['of'], 'token')} ({who}; Stop ends it within "
-            "one chunk)…")
+    return (f"Reading the prompt: {where['read']:,} of {counted(prompt_length(where), 'token')} ({who}; Stop ends it "
+            "within one chunk)…")
+
+
+def prompt_length(prefill: dict) -> int:
+    """The prompt's length from the decoder's reading record: it reads all but the last token before the first round
+    (decoders/loop.py), so its "of" is one short of what "Processing the prompt (N tokens)" said."""
+    return int(prefill["of"]) + 1
 
 
 def _dtype_of(model) -> str:
@@ -295,7 +312,8 @@ def _status(trace: Trace) -> str:
     dtype = dtype_line(trace, why=bool(trace.stop_reason))
     if trace.stop_reason == "cancelled":
         if trace.prefill:
-            made = f"while reading the prompt ({trace.prefill['read']:,} of {trace.prefill['of']:,} tokens read)"
+            made = (f"while reading the prompt ({trace.prefill['read']:,} of "
+                    f"{counted(prompt_length(trace.prefill), 'token')} read)")
         return f"Stopped: {made} ({dtype}); the decoder closed and freed its caches."
     done = stop_words(trace.stop_reason) if trace.stop_reason else None
     return f"{'Done' if done else 'Decoding'}: {made} ({dtype})" + \

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from app.shared.boxes import Bounded, Choice, ChoiceDropdown, Scrubber
+
 from decoders import registry
 from decoders.options import DRAFTERS, MAX_NEW_TOKENS_LIMIT, RULES, TREE_DRAFTERS
 
@@ -148,19 +150,19 @@ def _controls() -> dict:
     with gr.Accordion("Speculation", open=True):
         # Built with every choice, narrowed on page load (_wire_dependent_controls): Gradio checks an API call's
         # values against the choices a component was built with, so narrow ones would refuse valid API runs.
-        c["drafter"] = gr.Radio(list(DRAFTERS + TREE_DRAFTERS), value=d.drafter, label="Drafter",
-                                elem_id="sl-drafter", info=_registry_help(registry.DRAFTERS))
-        c["eagle_head"] = gr.Radio([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),
+        c["drafter"] = Choice(list(DRAFTERS + TREE_DRAFTERS), value=d.drafter, label="Drafter",
+                                elem_id="sl-drafter", info=shown["drafter"]["info"])
+        c["eagle_head"] = Choice([(label, value) for value, label in TREE_SOURCES], value=opening_value("eagle_head"),
                                    label="Tree grown by", elem_id="sl-tree-source",
                                    info="The draft model of the pair, or an EAGLE head: one decoder layer reading "
                                         "the target's own features (assets/eagle/README.md says how it was trained "
                                         "and how well it drafts).")
-        c["draft_model"] = gr.Dropdown(draft_choices(d.model), value=shown["draft_model"]["value"],
+        c["draft_model"] = ChoiceDropdown(draft_choices(d.model), value=shown["draft_model"]["value"],
                                        label="Draft model", allow_custom_value=not registry_only(),
                                        info="For the draft-model and tree drafters it must share the target's "
                                             "vocabulary (qwen2.5-coder-1.5b pairs with qwen2.5-coder-0.5b); the "
                                             "cross-tokenizer drafter takes another tokenizer (smollm2-135m).")
-        c["rule"] = gr.Radio(list(RULES), value=d.rule, elem_id="sl-rule", label="Draft-length rule",
+        c["rule"] = Choice(list(RULES), value=d.rule, elem_id="sl-rule", label="Draft-length rule",
                              info=_registry_help(registry.RULES) + ". AdaEDL and max-confidence start from their own "
                                   "λ and adapt it to the running acceptance.")
         c["controller"] = gr.Radio([("the rule's own (γ, L_max)", "off"), ("cost-aware: what this machine verifies "
@@ -173,15 +175,15 @@ def _controls() -> dict:
                                         "wins, its counts calibrated by match length); AdaEDL's or max-confidence's "
                                         "stop inside it stands only if drafting on does not pay; past it a round "
                                         "drafts on while the rule is sure and it pays (drawn in the rule panel).")
-        c["gamma"] = gr.Slider(1, 16, value=d.gamma, step=1, label="γ (draft length)",
+        c["gamma"] = Bounded(1, 16, value=d.gamma, step=1, label="γ (draft length)",
                                info="static: tokens per round; heuristic: starting length; prompt lookup: tokens "
                                     "copied per match.")
-        c["max_draft"] = gr.Slider(1, 16, value=d.max_draft, step=1, label="max draft (L_max)",
+        c["max_draft"] = Bounded(1, 16, value=d.max_draft, step=1, label="max draft (L_max)",
                                    info="Cap on drafted tokens per round for heuristic, max-confidence and AdaEDL.")
-        c["lam"] = gr.Slider(0.0, 1.0, value=opening_value("lam"), step=0.01, label="initial λ",
+        c["lam"] = Bounded(0.0, 1.0, value=opening_value("lam"), step=0.01, label="initial λ",
                              info="Stop threshold at the start; choosing a rule sets its own starting λ "
                                   "(AdaEDL 0.5, max-confidence 0.4). It then moves with the running acceptance.")
-        c["ngram"] = gr.Slider(1, 8, value=d.ngram, step=1, label="n-gram (prompt lookup)",
+        c["ngram"] = Bounded(1, 8, value=d.ngram, step=1, label="n-gram (prompt lookup)",
                                info="Longest tail n-gram to look up in the text so far (tries n, n−1, …, 1).")
         c["skip_layers"] = gr.Textbox(label="Layers to skip (layer-skip)", placeholder="e.g. 9,11,13",
                                       info="Comma-separated layer indices; blank = every odd layer in the middle "
@@ -195,12 +197,12 @@ def _controls() -> dict:
                                         elem_id="sl-max-tokens",
                                         info=f"Stop after this many generated tokens: 1 to {MAX_NEW_TOKENS_LIMIT}, "
                                              "and prompt + this must fit the model's context.")
-        c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="temperature",
+        c["temperature"] = Bounded(0.0, 2.0, value=d.temperature, step=0.05, label="temperature",
                                      info="0 = greedy (accept a draft iff it is the target's argmax); above 0, "
                                           "rejection sampling keeps the target's distribution exactly.")
-        c["top_k"] = gr.Slider(0, 100, value=d.top_k, step=1, label="top-k",
+        c["top_k"] = Bounded(0, 100, value=d.top_k, step=1, label="top-k",
                                info="Keep only the k most likely tokens (0 = off). Applied to draft and target.")
-        c["top_p"] = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p",
+        c["top_p"] = Bounded(0.05, 1.0, value=d.top_p, step=0.05, label="top-p",
                                info="Keep the smallest set of tokens with this much probability (1 = off).")
         c["seed"] = gr.Number(value=d.seed, precision=None, label="seed",
                               info="Seeds every random draw (sampling and the acceptance tests): same seed, "
@@ -223,21 +225,21 @@ def _registry_help(table: dict) -> str:
 def _tree_controls(d) -> dict:
     """EAGLE-2's K, D, M and DDD's S, x, n, w; the defaults are the papers' (decoders/options.py says which)."""
     c = {}
-    c["tree_k"] = gr.Slider(1, 20, value=d.tree_k, step=1, label="K (children per expanded node)",
+    c["tree_k"] = Bounded(1, 20, value=d.tree_k, step=1, label="K (children per expanded node)",
                             info="Each expanded node adds its K most likely next tokens to the pool. "
                                  "EAGLE-2 paper: 10.")
-    c["tree_depth"] = gr.Slider(1, 12, value=d.tree_depth, step=1, label="D (expansion steps, EAGLE-2)",
+    c["tree_depth"] = Bounded(1, 12, value=d.tree_depth, step=1, label="D (expansion steps, EAGLE-2)",
                                 info="How many times the frontier grows: the deepest draft. EAGLE-2 paper: 6.")
-    c["tree_m"] = gr.Slider(1, 128, value=d.tree_m, step=1, label="M (draft nodes sent to the target)",
+    c["tree_m"] = Bounded(1, 128, value=d.tree_m, step=1, label="M (draft nodes sent to the target)",
                             info="The pool's M most valuable nodes (value = product of draft probabilities on the "
                                  "path) are verified in one forward. EAGLE-2 paper: 60 tokens with the root.")
     c["ddd_checks"] = gr.Textbox(value=",".join(str(s) for s in d.ddd_checks), label="S (DDD: steps that check)",
                                  info="Expansion steps where DDD checks its confidence H. DDD paper: 5,7,9.")
-    c["ddd_x"] = gr.Slider(-3.0, 0.0, value=d.ddd_x, step=0.05, label="x (DDD: stop threshold)",
+    c["ddd_x"] = Bounded(-3.0, 0.0, value=d.ddd_x, step=0.05, label="x (DDD: stop threshold)",
                            info="Stop growing when H = logsumexp of the frontier's log-values < x. DDD paper: −0.3.")
-    c["ddd_steps"] = gr.Slider(1, 16, value=d.ddd_steps, step=1, label="n (DDD: most expansion steps)",
+    c["ddd_steps"] = Bounded(1, 16, value=d.ddd_steps, step=1, label="n (DDD: most expansion steps)",
                                info="Growth stops after n steps even when confident. DDD paper: 11.")
-    c["ddd_width"] = gr.Slider(1, 20, value=d.ddd_width, step=1, label="w (DDD: frontier width)",
+    c["ddd_width"] = Bounded(1, 20, value=d.ddd_width, step=1, label="w (DDD: frontier width)",
                                info="Frontier nodes expanded per step. DDD paper: 10.")
     c.update(_suffix_controls(d))
     return c
@@ -246,18 +248,18 @@ def _tree_controls(d) -> dict:
 def _suffix_controls(d) -> dict:
     """Suffix decoding's knobs (vLLM's names and defaults; decoders/options.py)."""
     c = {}
-    c["suffix_factor"] = gr.Slider(0.25, 4.0, value=d.suffix_factor, step=0.25, label="factor (suffix: drafts per "
+    c["suffix_factor"] = Bounded(0.25, 4.0, value=d.suffix_factor, step=0.25, label="factor (suffix: drafts per "
                                    "matched token)", info="A matched tail of L tokens earns at most floor(factor × L) "
                                    "drafts: a long match is trusted with a long draft. vLLM: 1; SpecLab: 2 (chosen "
                                    "on this CPU: bench/results/suffix-tune-smollm2-135m.md).")
-    c["suffix_min_prob"] = gr.Slider(0.0, 1.0, value=d.suffix_min_prob, step=0.05, label="min probability (suffix)",
+    c["suffix_min_prob"] = Bounded(0.0, 1.0, value=d.suffix_min_prob, step=0.05, label="min probability (suffix)",
                                      info="A continuation is drafted only if the counts estimate its probability at "
                                           "this or more (how often it followed ÷ how often its parent occurred, "
                                           "multiplied down the path). vLLM: 0.1.")
-    c["suffix_tokens"] = gr.Slider(1, 64, value=d.suffix_tokens, step=1, label="most drafts per round (suffix)",
+    c["suffix_tokens"] = Bounded(1, 64, value=d.suffix_tokens, step=1, label="most drafts per round (suffix)",
                                    info="The tree's size cap whatever the match: verifying n tokens costs more than "
                                         "one on a CPU. vLLM: 32 on a GPU; SpecLab: 16.")
-    c["suffix_depth"] = gr.Slider(2, 64, value=d.suffix_depth, step=1, label="suffix tree depth",
+    c["suffix_depth"] = Bounded(2, 64, value=d.suffix_depth, step=1, label="suffix tree depth",
                                   info="Longest matched tail plus what follows it that the suffix tree keeps. vLLM: 24.")
     return c
 
@@ -273,7 +275,7 @@ def _outputs(initial: dict) -> dict:
     o["legend"] = gr.HTML(initial.get("legend", legend_html()), elem_id="sl-legend")
     trace = initial.get("state")
     n_rounds = len(trace.rounds) if trace is not None else 1
-    o["slider"] = gr.Slider(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1,
+    o["slider"] = Scrubber(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1,
                             label="Round", elem_id="sl-round",
                             info="Scrub through the rounds: the tree and the rule panel redraw that round.")
     o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round (drag to pan; zoom with the plot's toolbar)",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.shared.boxes import Bounded
+
 from app.figures.race import leviathan_figure, race_table_html, speed_figure
 from app.shared import glossary
 from app.shared.decode_slot import QUEUE_LIMIT
@@ -44,7 +46,7 @@ def build(c: dict) -> None:
                                         "measured t(n) and the running acceptance; the rule panel on the Generate "
                                         "tab draws each choice). K D M = children per node, depth, draft nodes "
                                         "verified; the papers' K10 D6 M59 assume a GPU.")
-        race_tokens = gr.Slider(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
+        race_tokens = Bounded(8, 256, value=48, step=1, label="max new tokens (race)", elem_id="sl-race-tokens",
                                 info=race_tokens_help())
     with gr.Row():
         race_btn = gr.Button("Race", variant="primary", elem_id="sl-race-run")

@@ -6,9 +6,10 @@ table shows the median run and the range: one timed run on a shared CPU swings b
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
-from typing import Generator, Iterator
+from typing import Callable, Generator, Iterator
 
 import gradio as gr
 
@@ -18,6 +19,7 @@ from decoders.registry import uses_draft_model
 from decoders.beams.trace import FAMILY as BEAM_FAMILY, BeamTrace
 from decoders.trace import Trace
 
+from app.shared.boxes import refuse_out_of_range
 from app.shared.hosting import gpu
 from app.shared.numbers import whole_field
 from app.shared.loading import check_before_waiting, dtype_line, load_models, loaded, model_error_types
@@ -82,6 +84,7 @@ DEFAULT_PROMPT = "Repeat this list exactly: apple, banana, cherry, date, elderbe
 
 def race_options(values: dict) -> list[DecodeOptions]:
     """Baseline first, then each chosen preset; validated (raises OptionsError)."""
+    refuse_out_of_range(values.values())
     methods = list(values.get("methods") or [])
     if not methods:
         raise OptionsError("pick at least one method to race against the baseline")
@@ -214,8 +217,9 @@ def _race(controls: dict, progress, session: RunSession) -> Iterator[dict]:
             if turn.cancelled:
                 yield {"race_status": NOT_STARTED}
                 return
-            with loaded(*runs, report=lambda f, m: progress(f, desc=m), turn=turn):
-                yield from _raced(runs, prompt, session)
+            with loaded(*runs, report=lambda f, m: progress(f, desc=m), turn=turn,
+                        stop=session.stop_requested.is_set):
+                yield from _raced(runs, prompt, session, progress)
     except OptionsError as err:
         yield _race_error(str(err))
     except (RuntimeError, ValueError, OSError, *model_error_types()) as err:
@@ -240,8 +244,11 @@ def stop_race(session: RunSession | None) -> dict:
             "race_error": ""}
 
 
-def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Iterator[dict]:
-    """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error."""
+def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession,
+           progress: Callable = lambda *a, **k: None) -> Iterator[dict]:
+    """Each method's row as soon as it has run; a mismatch with the baseline is shown as an error. The status line
+    and the progress bar over the results say which method and which of its runs is going (a bf16 baseline's
+    minutes showed the load's "ready 100 %" until its row came, issue 47.5)."""
     traces: list[Trace] = []
     started, phase = time.monotonic(), None
     yield {"race_status": f"Racing 1/{len(runs)}: baseline (a warm-up, then {TIMED_RUNS} timed runs)…"}
@@ -256,6 +263,11 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Itera
                 yield {"race_status": data["waiting"]}
                 continue
             if "running" in data:
+                if data != phase:
+                    index = data["running"]
+                    line = f"Racing {index + 1}/{len(runs)}: {_label(runs[index])}, {data['phase']}…"
+                    progress((data["running"] + _phase_share(data["phase"])) / len(runs), desc=line)
+                    yield {"race_status": line}
                 phase = data
                 continue
             traces.append(BeamTrace.from_dict(data) if data.get("family") == BEAM_FAMILY else Trace.from_dict(data))
@@ -274,12 +286,18 @@ def _raced(runs: list[DecodeOptions], prompt: str, session: RunSession) -> Itera
         results.close()
 
 
+def _phase_share(phase: str) -> float:
+    """How far into one method's runs a phase is: its warm-up 0, "timed run k of n" k / (n + 1)."""
+    match = re.fullmatch(r"timed run (\d+) of (\d+)", phase)
+    return int(match[1]) / (int(match[2]) + 1) if match else 0.0
+
+
 def _stopped_line(runs: list[DecodeOptions], traces: list, phase: dict | None) -> str:
     """What a stopped race leaves: which methods finished (their rows stay in the table) and where it stopped."""
     labels = ["the baseline"] + [_label(o) for o in runs[1:]]
     finished = labels[:len(traces)]
-    kept = (f"{', '.join(finished)} finished (their rows stay in the table)" if finished
-            else "no method finished")
+    rows = "its row stays" if len(finished) == 1 else "their rows stay"
+    kept = f"{', '.join(finished)} finished ({rows} in the table)" if finished else "no method finished"
     if len(traces) >= len(labels):
         return f"Stopped: {kept}."
     where = labels[len(traces)] + (f", during {phase['phase']}" if phase else "")

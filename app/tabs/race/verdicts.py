@@ -224,7 +224,8 @@ def _curve_sentence(row: dict) -> str:
     if not said:
         return ""
     again = "; it was re-measured for this run" if curve.get("remeasured") else ""
-    return f" Its caps priced verification with this machine's t(n) curve, {', '.join(said)}{again}."
+    return (f" Its caps priced verification with this machine's t(n) curve, {', '.join(said)}{again}; no higher than "
+            "its repeated timings tell n tokens from one.")
 
 
 def age_words(seconds: float) -> str:

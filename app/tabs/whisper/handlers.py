@@ -75,6 +75,9 @@ def _prepare(audio, model, language, decoders, beam_size, eot_margin, depth, agg
     from decoders.whisper.options import WhisperOptions
     from decoders.whisper.registry import decoder as decoder_spec
 
+    from app.shared.boxes import refuse_out_of_range
+
+    refuse_out_of_range((beam_size, eot_margin, depth))
     if audio is None:
         raise OptionsError("Record or upload a clip first (or pick an example).")
     if not decoders:

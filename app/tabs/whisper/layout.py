@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app.shared.boxes import Bounded, Scrubber
+
 from app.figures.whisper import results_html
 from app.shared.decode_slot import QUEUE_LIMIT
 from app.shared.session import RunSession
@@ -55,6 +57,9 @@ def build() -> dict:
             with gr.Row():
                 run_btn = gr.Button("Transcribe", variant="primary", elem_id="sw-run")
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="sw-stop")
+            # right under Transcribe, where the eye is while it runs (below both columns it was off screen)
+            status = gr.Markdown("", elem_id="sw-status")
+            error = gr.HTML("", elem_id="sw-error")
         with gr.Column(scale=1, min_width=320):
             c["model"] = gr.Dropdown(whisper_models(), value="whisper-tiny.en", label="Model", elem_id="sw-model")
             c["language"] = gr.Dropdown([(f"{v} ({k})", k) for k, v in LANGUAGES.items()], value="en",
@@ -62,13 +67,13 @@ def build() -> dict:
                                         elem_id="sw-language")
             c["decoders"] = gr.CheckboxGroup(list(DECODERS), value=DEFAULT_DECODERS, label="Decoders",
                                              elem_id="sw-decoders")
-            c["beam_size"] = gr.Slider(2, 8, value=5, step=1, label="beam size")
-            c["eot_margin"] = gr.Slider(0, 5, value=1.0, step=0.1, label="Filter-Ends margin (nats)")
-            c["depth"] = gr.Slider(1, 4, value=2, step=1, label="lookahead depth (greedy steps)")
+            c["beam_size"] = Bounded(2, 8, value=5, step=1, label="beam size")
+            c["eot_margin"] = Bounded(0, 5, value=1.0, step=0.1, label="Filter-Ends margin (nats)")
+            c["depth"] = Bounded(1, 4, value=2, step=1, label="lookahead depth (greedy steps)")
             c["aggregate"] = gr.Radio(["min", "mean", "sum"], value="min", label="lookahead aggregate")
-    out = {"status": gr.Markdown("", elem_id="sw-status"), "error": gr.HTML("", elem_id="sw-error"),
+    out = {"status": status, "error": error,
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
-           "step": gr.Slider(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
+           "step": Scrubber(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
     gr.Markdown("**Beam trees**, one per decoder, stacked on one step axis: black = the path of the chosen "
                 "transcript, faded = candidates the search dropped; a dashed purple line marks the token where a "
