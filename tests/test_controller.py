@@ -425,8 +425,11 @@ def test_a_noisy_curve_cannot_price_out_a_free_drafter_but_a_steep_one_still_can
     assert 0 not in _caps_after_a_missed_round(noisy.priced)
     assert _caps_after_a_missed_round(tight.priced)[0] == 0  # steep beyond its noise: still priced out
     # the run's controller weighs the curve the same way (decoders/registry.py run_costs)
+    from types import SimpleNamespace
+
+    runner = SimpleNamespace(plan=SimpleNamespace(path="dynamic"))  # the path the run's forwards take
     ctx = registry.BuildContext(DecodeOptions(method="speculative", drafter="prompt-lookup", controller="cost"),
-                                runner=None, target=None, draft=None)
-    monkeypatch.setattr(costs, "for_run", lambda target, prompt_tokens: (noisy, {}))
+                                runner=runner, target=None, draft=None)
+    monkeypatch.setattr(costs, "for_run", lambda target, prompt_tokens, path: (noisy, {}))
     weighed = registry.run_costs(ctx, 20)
     assert [weighed.t(n) for n in (2, 8, 32)] == [noisy.priced(n) for n in (2, 8, 32)]
