@@ -17,7 +17,6 @@ would not have. Tokens fed are the data tokens.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +24,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..training import FitSettings, History, fit
-from ..training.batches import make_batches
+from ..training.batches import BatchStream
+from ..training.checkpoint import Checkpointing
 from .data import Featurized
 from .head import EagleHead, causal_mask
 
@@ -46,6 +46,8 @@ class TrainSettings:
     eval_every_minutes: float = 2.0
     depths: int = 5
     seed: int = 0
+    stop_at_step: int = 0  # end this session here (loop.FitSettings)
+    session_minutes: float = 0.0
 
 
 @dataclass
@@ -165,16 +167,16 @@ def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- the loop
 
 def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
-               log=print) -> History:
-    """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end."""
-    rng = random.Random(settings.seed)
+               log=print, checkpoint: dict | None = None) -> History:
+    """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end.
+
+    checkpoint: {"path", "every_minutes", "resume"} (decoders/training/checkpoint.py): the head, the optimizer and
+    the batch stream's position are saved there, and restored first when resume is true."""
+    stream = BatchStream(train, settings.batch_tokens, settings.seed)
     device, dtype = head.fc.weight.device, head.fc.weight.dtype
-    groups: list[list[int]] = []
 
     def step(_):
-        if not groups:
-            groups.extend(make_batches(train, settings.batch_tokens, rng))
-        batch = collate([train[i] for i in groups.pop()], device, dtype)
+        batch = collate([train[i] for i in stream.next()], device, dtype)
         regression, classification = loss_terms(head, batch, settings.noise_std)
         loss = settings.v_w * regression + settings.p_w * classification
         return loss, {"regression": regression.item(), "classification": classification.item()}, int(batch.mask.sum())
@@ -182,10 +184,14 @@ def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurize
     fit_settings = FitSettings(lr=settings.lr, weight_decay=settings.weight_decay, betas=settings.betas,
                                grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps,
                                max_minutes=settings.max_minutes, max_steps=settings.max_steps,
-                               eval_every_minutes=settings.eval_every_minutes, seed=settings.seed)
+                               eval_every_minutes=settings.eval_every_minutes, seed=settings.seed,
+                               stop_at_step=settings.stop_at_step, session_minutes=settings.session_minutes)
     head.train()
     evaluate = (lambda: acceptance_by_depth(head, heldout, settings.depths)) if heldout else None
-    return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe)
+    meta = {"vocab_ids": head.vocab_ids, "bias": head.fc.bias is not None}
+    saving = Checkpointing(**checkpoint, parts={"model": head, "data": stream}, kind="eagle", meta=meta) \
+        if checkpoint else None
+    return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe, checkpointing=saving)
 
 
 def _describe(result: dict) -> str:
