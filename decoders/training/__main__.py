@@ -1,10 +1,13 @@
 """python -m decoders.training replies --target smollm2-135m --out DIR --train-tokens 400000
+python -m decoders.training compare --kind eagle --target smollm2-135m --replies DIR --candidate CHECKPOINT_OR_FOLDER
 
 replies: the target answers held-out then training prompts (decoders/training/prompts.py), batched, with its
 features recorded as it writes (decoders/training/replies.py); shards land in DIR as they finish, and the same
 command run again continues where the last one stopped (a bar shows tokens and the ETA to the budget).
 The drafters train on such a folder: `python -m decoders.eagle train --replies DIR ...`,
 `python -m decoders.selfdraft train --replies DIR ...`.
+compare: the ship rule (decoders/training/compare.py): a candidate against the shipped weights on the held-out
+replies, written to bench/results/drafter-<kind>-<target>-heldout.{json,md}.
 """
 from __future__ import annotations
 
@@ -30,6 +33,18 @@ def parse(argv=None) -> argparse.Namespace:
     rep.add_argument("--stems", default="2", help="layers whose hidden states are kept (early exit reads them)")
     rep.add_argument("--threads", type=int, default=0)
     rep.add_argument("--seed", type=int, default=0)
+    cmp = sub.add_parser("compare", help="a trained drafter against the shipped one on the held-out replies")
+    cmp.add_argument("--kind", choices=("eagle", "early-exit", "prophet"), required=True)
+    cmp.add_argument("--target", required=True)
+    cmp.add_argument("--replies", required=True, help="the reply folder whose held-out split scores both")
+    cmp.add_argument("--candidate", required=True, help="a weights folder or a training checkpoint (.pt)")
+    cmp.add_argument("--against", default=None, help="default: the shipped weights, assets/<kind>/<target>")
+    cmp.add_argument("--decode-prompts", type=int, default=8, help="held-out prompts decoded for τ (0: α only)")
+    cmp.add_argument("--max-new", type=int, default=96)
+    cmp.add_argument("--depths", type=int, default=5)
+    cmp.add_argument("--out", default=None, help="writes OUT.json and OUT.md (default: bench/results/"
+                     "drafter-<kind>-<target>-heldout)")
+    cmp.add_argument("--threads", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -39,7 +54,7 @@ def main(argv=None) -> int:
 
     args = parse(argv)
     try:
-        return run_replies(args)
+        return run_compare(args) if args.command == "compare" else run_replies(args)
     except (DataError, ModelError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -77,6 +92,25 @@ def run_replies(args) -> int:
     print(f"wrote {made:,} tokens in {seconds / 60:.1f} min ({made / max(seconds, 1e-9):.0f} tok/s at "
           f"{torch.get_num_threads()} threads); {args.out} holds {store.tokens('train'):,} training and "
           f"{store.tokens('heldout'):,} held-out tokens", flush=True)
+    return 0
+
+
+def run_compare(args) -> int:
+    from pathlib import Path
+
+    from ..models import load_model
+    from .compare import compare, write
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lm = load_model(args.target, dtype="float32", device="cpu", progress=lambda m: print(m, flush=True))
+    root = Path(__file__).resolve().parents[2]
+    against = Path(args.against) if args.against else root / "assets" / args.kind / lm.name.replace("/", "--")
+    record = compare(args.kind, lm, Path(args.replies), Path(args.candidate), against, args.depths,
+                     args.decode_prompts, args.max_new, log=lambda line: print(line, flush=True))
+    out = Path(args.out) if args.out else root / "bench" / "results" / f"drafter-{args.kind}-{lm.name}-heldout"
+    json_path, md_path = write(record, out)
+    print(f"wrote {json_path} and {md_path}", flush=True)
     return 0
 
 
