@@ -24,6 +24,7 @@ from .official import EagleHeadError, load_official, save_official, trained_head
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
 from ..training import save_curves
+from ..training.checkpoint import resume_command
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -154,7 +155,9 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
             "total_seconds": time.perf_counter() - started, "hardware": card.hardware(lm.device),
             "save_dtype": args.save_dtype, "size_mb": size_mb, "evals": history.evals, "command": command,
             "gpu_command": gpu_command(args), "draft_vocab": head.vocab_size, "full_vocab_eval": full_vocab,
-            "initial_eval": initial, "init": args.init}
+            "initial_eval": initial, "init": args.init,
+            "heldout_note": "held-out replies (the target's own, to prompts never trained on)" if args.replies else None,
+            "resume_command": resume_command(command) if args.checkpoint else None}
     (out / "README.md").write_text(card.model_card(info))
     (out / "training.json").write_text(json.dumps({k: v for k, v in info.items() if k != "evals"} |
                                                   {"evals": history.evals, "losses": history.losses[::10]},

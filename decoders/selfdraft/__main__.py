@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..training import FitSettings, save_curves
+from ..training.checkpoint import resume_command
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -200,7 +201,9 @@ def run_train(args, argv) -> int:
             "draft_vocab": model.vocab.size, "hardware": hardware(torch.device("cpu")), "command": command,
             "save_dtype": args.save_dtype, "params": sum(p.numel() for p in model.parameters()),
             "evals": history.evals, "total_seconds": time.perf_counter() - started,
-            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training"}
+            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training",
+            "heldout_note": "held-out replies (the target's own, to prompts never trained on)" if args.replies else None,
+            "resume_command": resume_command(command) if args.checkpoint else None}
     store.save(model, out, getattr(torch, args.save_dtype), {k: v for k, v in info.items() if k != "evals"})
     info["size_mb"] = (out / "model.safetensors").stat().st_size / 1e6
     save_curves(history, out, f"{args.kind} for {lm.name}: {model.meta()}")

@@ -96,3 +96,8 @@ def restore(checkpointing: Checkpointing, optimizer, state: dict) -> tuple:
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])
     return state["history"], float(state["elapsed"])
+
+
+def resume_command(command: str) -> str:
+    """The command line that continues a checkpointed run: the same one, with --resume."""
+    return command if " --resume" in f"{command} " else f"{command} --resume"
