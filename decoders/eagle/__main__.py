@@ -51,6 +51,8 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--draft-vocab", type=int, default=0,
                        help="score only the N most frequent training tokens (EAGLE-3's reduced vocabulary; 0: all)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--ttt-depths", type=int, default=1, help="training-time test (EAGLE-3): also train on the "
+                       "head's own drafted features, this many draft steps deep (1: teacher forcing only)")
     train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
                        "`python -m decoders.training replies` (its held-out split is the held-out set)")
     train.add_argument("--init", default=None, help="start from this head folder (e.g. assets/eagle/smollm2-135m, "
@@ -118,7 +120,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
         head = EagleHead(target, vocab_ids=vocab_ids)
     settings = TrainSettings(lr=args.lr, batch_tokens=args.batch_tokens, max_minutes=args.max_minutes,
                              max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,
-                             seed=args.seed, session_minutes=args.session_minutes)
+                             seed=args.seed, session_minutes=args.session_minutes, ttt_depths=args.ttt_depths)
     checkpoint = ({"path": Path(args.checkpoint), "every_minutes": args.checkpoint_every, "resume": args.resume}
                   if args.checkpoint else None)
     if args.resume and not checkpoint:

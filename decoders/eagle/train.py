@@ -46,6 +46,7 @@ class TrainSettings:
     eval_every_minutes: float = 2.0
     depths: int = 5
     seed: int = 0
+    ttt_depths: int = 1  # training-time test: also train on the head's own drafted features, this deep
     stop_at_step: int = 0  # end this session here (loop.FitSettings)
     session_minutes: float = 0.0
 
@@ -80,20 +81,36 @@ def target_probs(head: EagleHead, features: torch.Tensor) -> torch.Tensor:
         return torch.softmax(head.logits(features).float(), dim=-1)  # (B, n, V|N)
 
 
-def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(regression, classification) losses of one batch, each a masked mean over predicted positions."""
+def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0, depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(regression, classification) losses of one batch, each a masked mean over predicted positions.
+
+    depths > 1 is training-time test (EAGLE-3; HASS's harmonised context): after the teacher-forced step the head
+    runs again on its OWN features, exactly as it drafts (depth k at position m reads its depth k-1 output at m-1 and
+    attends the real keys up to where its chain began plus one drafted key per earlier depth: depth_mask), and each
+    depth is scored against the same targets (the prediction at m always stands in for f_{m+1}); the terms are
+    averaged over depths. Gradients flow through the drafted features, as in EAGLE-3."""
     inputs = batch.features[:, :-1]  # (B, n-1, d): f_i
     if noise_std > 0:
         inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise_std * 512 / inputs.shape[1]  # EAGLE's noise
-    predicted = head.features(batch.ids[:, 1:], inputs)  # (B, n-1, d): g_i, standing in for f_{i+1}
+    tokens = batch.ids[:, 1:]  # (B, n-1): t_{i+1}
     wanted = batch.features[:, 1:]  # (B, n-1, d): f_{i+1}
-    weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
-    count = weight.sum().clamp_min(1.0)
-    regression = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
-    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
     p = target_probs(head, wanted)  # (B, n-1, V|N): p_{i+2}
-    classification = -(p * log_q).sum(-1)  # (B, n-1)
-    return (regression * weight).sum() / count, (classification * weight).sum() / count
+    n = inputs.shape[1]
+    cache = DynamicCache(config=head.config) if depths > 1 else None
+    positions = torch.arange(n, device=inputs.device).expand(inputs.shape[0], n) if depths > 1 else None
+    regression = classification = 0.0
+    for depth in range(1, depths + 1):
+        mask = depth_mask(n, depth, inputs.dtype, inputs.device) if depths > 1 else None
+        predicted = head.features(tokens, inputs, positions, cache, mask)  # (B, n-1, d): g_i, standing in for f_{i+1}
+        weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
+        weight[:, : depth - 1] = 0  # positions before a depth-`depth` chain can start
+        count = weight.sum().clamp_min(1.0)
+        reg = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
+        log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
+        regression = regression + (reg * weight).sum() / count
+        classification = classification + (-(p * log_q).sum(-1) * weight).sum() / count
+        inputs = torch.cat([inputs[:, :1], predicted[:, :-1]], dim=1)  # position m reads its own g_{m-1}
+    return regression / depths, classification / depths
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -177,7 +194,7 @@ def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurize
 
     def step(_):
         batch = collate([train[i] for i in stream.next()], device, dtype)
-        regression, classification = loss_terms(head, batch, settings.noise_std)
+        regression, classification = loss_terms(head, batch, settings.noise_std, settings.ttt_depths)
         loss = settings.v_w * regression + settings.p_w * classification
         return loss, {"regression": regression.item(), "classification": classification.item()}, int(batch.mask.sum())
 
