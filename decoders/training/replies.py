@@ -38,6 +38,8 @@ def write_batch(model, prompts: list[list[int]], max_new: int, eos: set[int], pa
     """Greedy replies to `prompts` (lists of ids), each with its features at every fed position."""
     from transformers import DynamicCache
 
+    if max_new < 1:
+        raise ValueError(f"a reply needs room for at least one token; got max_new {max_new}")
     device = next(model.parameters()).device
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     width = max(map(len, prompts))
