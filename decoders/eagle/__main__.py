@@ -116,7 +116,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
         vocab_ids = head.vocab_ids
         print(f"starting from {args.init}", flush=True)
     else:
-        vocab_ids = frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size) if args.draft_vocab else None
+        vocab_ids = (frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size) if args.draft_vocab
+                     else None)
         head = EagleHead(target, vocab_ids=vocab_ids)
     settings = TrainSettings(lr=args.lr, batch_tokens=args.batch_tokens, max_minutes=args.max_minutes,
                              max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,

@@ -82,7 +82,8 @@ def read_checkpoint(path: Path, kind: str = "") -> dict:
 
 
 def checkpoint_state(checkpointing: Checkpointing, optimizer, history, elapsed: float, settings) -> dict:
-    return {"kind": checkpointing.kind, "meta": checkpointing.meta, "parts": {name: part.state_dict() for name, part in checkpointing.parts.items()},
+    parts = {name: part.state_dict() for name, part in checkpointing.parts.items()}
+    return {"kind": checkpointing.kind, "meta": checkpointing.meta, "parts": parts,
             "optimizer": optimizer.state_dict(), "history": history, "elapsed": elapsed, "rng": rng_state(),
             "settings": settings, "written": time.time()}
 

@@ -150,7 +150,8 @@ def compare(kind: str, lm, replies: Path, candidate: Path, incumbent: Path, dept
     log(why)
     record = {"kind": kind, "target": lm.name, "candidate": str(candidate), "shipped": str(incumbent),
               "heldout_sequences": len(held), "heldout_tokens": sum(len(r.ids) for r in held), "depths": depths,
-              "scores": scores, "wins": wins, "verdict": why, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "scores": scores, "wins": wins, "verdict": why,
+              "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if decode_prompts:
         record |= {"decode_prompts": decode_prompts, "max_new": max_new, "outputs_equal": same}
     return record
@@ -173,9 +174,9 @@ def markdown(record: dict) -> str:
     tau_head = " τ (EAGLE-2, cost-aware) |" if "tau" in record["scores"]["shipped"] else ""
     return (f"# {record['kind']} for {record['target']}: candidate vs shipped, held-out\n\n"
             f"Candidate `{record['candidate']}`; shipped `{record['shipped']}`; {record['heldout_sequences']} held-out "
-            f"replies ({record['heldout_tokens']:,} tokens), the target's own greedy text for prompts no drafter trained "
-            f"on. α(k): greedy acceptance at depth k given 1..k-1 accepted; accepted chain: expected accepted drafts of "
-            f"a {depths}-token chain.\n\n"
+            f"replies ({record['heldout_tokens']:,} tokens), the target's own greedy text for prompts no drafter "
+            f"trained on. α(k): greedy acceptance at depth k given 1..k-1 accepted; accepted chain: expected accepted "
+            f"drafts of a {depths}-token chain.\n\n"
             f"| drafter | " + " | ".join(f"α({k})" for k in range(1, depths + 1)) + f" | accepted chain |{tau_head}\n"
             f"|---|" + "---|" * (depths + 1) + ("---|" if tau_head else "") + "\n" + "\n".join(rows) + "\n\n"
             f"**Verdict** ({record['written']}): {record['verdict']}.\n")

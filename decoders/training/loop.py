@@ -60,7 +60,8 @@ def fit(parameters: Iterable[torch.nn.Parameter], step: Step, settings: FitSetti
     budget = settings.max_minutes * 60
     history, done_before = History(), 0.0  # done_before: training seconds of the sessions resumed
     if checkpointing is not None and checkpointing.resume:
-        history, done_before = restore(checkpointing, optimizer, read_checkpoint(checkpointing.path, checkpointing.kind))
+        saved = read_checkpoint(checkpointing.path, checkpointing.kind)
+        history, done_before = restore(checkpointing, optimizer, saved)
         log(f"resumed {checkpointing.path} at step {history.steps} ({done_before / 60:.1f} min trained)")
     bar = Progress(settings.max_steps or None, initial=history.steps)
     start = last_eval = last_save = time.perf_counter()
