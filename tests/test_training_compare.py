@@ -53,9 +53,11 @@ def test_a_trained_checkpoint_is_scored_as_shipped_and_beats_an_untrained_head(r
     assert "| candidate |" in markdown(record) and "beats the shipped drafter" in record["verdict"]
 
 
-def test_the_verdict_needs_alpha_the_chain_and_tau():
-    base = {"alpha": [0.5, 0.5], "mean_accepted": 0.8, "tau": 2.0}
+def test_the_verdict_needs_alpha_beyond_its_noise_the_chain_and_tau():
+    base = {"alpha": [0.5, 0.5], "mean_accepted": 0.8, "tau": 2.0, "chains": 2500}  # one standard error: 0.01
     assert verdict("eagle", base | {"alpha": [0.6, 0.5], "mean_accepted": 0.9}, base)[0]
+    assert not verdict("eagle", base | {"alpha": [0.505, 0.5], "mean_accepted": 0.9}, base)[0]  # inside the noise
+    assert verdict("eagle", base | {"alpha": [0.515, 0.5], "mean_accepted": 0.9}, base)[0]
     assert not verdict("eagle", base | {"alpha": [0.6, 0.5], "mean_accepted": 0.9, "tau": 1.9}, base)[0]
     assert not verdict("prophet", base | {"alpha": [0.6, 0.5], "mean_accepted": 0.7}, base)[0]
     assert not verdict("prophet", base | {"mean_accepted": 0.9}, base)[0]

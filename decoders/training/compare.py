@@ -6,8 +6,8 @@ training; for an EAGLE head also τ (new tokens ÷ target forwards, prefill incl
 controller (the Race's preset, decoders/controller.TREE_BOUNDS), decoding held-out prompts with both heads
 interleaved, prompt by prompt, so a busy moment of the shared machine falls on both.
 
-A candidate wins when its α(1) and its expected accepted chain are higher and, for an EAGLE head, its τ is not
-lower. A candidate is a weights folder (what training writes with --out) or a training checkpoint (.pt): a
+A candidate wins when its α(1) is higher by more than one standard error, its expected accepted chain is higher and,
+for an EAGLE head, its τ is not lower. A candidate is a weights folder (what training writes with --out) or a training checkpoint (.pt): a
 checkpoint is first exported to a folder in the shipped format and dtype, so what is scored is what would ship.
 """
 from __future__ import annotations
@@ -107,11 +107,15 @@ def decode_tau(lm, kinds_folders: dict[str, tuple[str, Path]], prompts: list[lis
 
 
 def verdict(kind: str, candidate: dict, incumbent: dict) -> tuple[bool, str]:
-    better_first = candidate["alpha"][0] > incumbent["alpha"][0]
+    """Wins: α(1) higher by more than one standard error of the incumbent's (a binomial over its chains: a gain
+    inside the held-out split's noise ships nothing), the accepted chain higher, and (EAGLE) τ not lower."""
+    a, chains = incumbent["alpha"][0], max(int(incumbent.get("chains", 0)), 1)
+    margin = (a * (1 - a) / chains) ** 0.5
+    better_first = candidate["alpha"][0] > a + margin
     better_chain = candidate["mean_accepted"] > incumbent["mean_accepted"]
     tau_ok = kind != "eagle" or "tau" not in candidate or candidate["tau"] >= incumbent["tau"]
     wins = better_first and better_chain and tau_ok
-    why = (f"α(1) {candidate['alpha'][0]:.3f} vs {incumbent['alpha'][0]:.3f}, accepted chain "
+    why = (f"α(1) {candidate['alpha'][0]:.3f} vs {a:.3f} (one standard error {margin:.3f}), accepted chain "
            f"{candidate['mean_accepted']:.3f} vs {incumbent['mean_accepted']:.3f}"
            + (f", τ {candidate['tau']:.2f} vs {incumbent['tau']:.2f}" if "tau" in candidate else ""))
     return wins, ("beats the shipped drafter: " if wins else "does not beat the shipped drafter: ") + why
