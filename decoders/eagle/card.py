@@ -32,7 +32,8 @@ def _resume_note(info: dict) -> str:
     if not info.get("resume_command"):
         return ""
     return f"""
-The run is resumable (model, optimizer, step, data position and RNG in the checkpoint); to continue it:
+The run is resumable (model, optimizer, step, data position and RNG in the checkpoint); to continue it (a run
+that spent its `--max-minutes` goes on only with a larger one, its learning-rate decay restarting warm):
 
 ```bash
 {info['resume_command']}
