@@ -151,3 +151,33 @@ def test_reduced_vocab_covering_every_id_measures_the_same_as_the_full_vocab():
     assert (full["vocab"], everything["vocab"], few["vocab"]) == (VOCAB, VOCAB, 8)
     assert everything["alpha"] == full["alpha"] and everything["recall"] == full["recall"]
     assert full["ms_1"] > 0 and few["ms_10"] > 0
+
+
+def test_training_time_test_scores_the_heads_own_second_draft_as_decoding_makes_it():
+    """loss_terms(depths=2) = mean of the teacher-forced loss and the loss of step 2 of each chain, where step 2 is
+    computed as a real draft: a fresh cache over the real prefix, then the head's own step-1 feature."""
+    from transformers import DynamicCache
+
+    from decoders.eagle.train import Batch, target_probs
+
+    torch.manual_seed(0)
+    target = tiny_llama(vocab=VOCAB, seed=3).model
+    [example] = target_features(target, _tiny_corpus(1, 12, seed=1), store_dtype=torch.float32)
+    head = EagleHead(target)
+    batch = Batch(example.ids[None], example.features[None], torch.ones(1, 12, dtype=torch.bool))
+    with torch.no_grad():
+        both = loss_terms(head, batch, depths=2)
+        one = loss_terms(head, batch, depths=1)
+        feats, tokens = example.features[None], example.ids[None]
+        step1 = head.features(tokens[:, 1:], feats[:, :-1])  # (1, 11, d): g_m for every m
+        regs, ces = [], []
+        for m in range(1, 11):  # step 2 of the chain begun at m - 1, drafted at position m
+            cache = DynamicCache(config=head.config)
+            head.features(tokens[:, 1:m + 1], feats[:, :m], cache=cache)  # the real prefix 0..m-1
+            g = head.features(tokens[:, m + 1:m + 2], step1[:, m - 1:m], torch.tensor([[m]]), cache)  # (1, 1, d)
+            wanted = feats[:, m + 1:m + 2]
+            regs.append(torch.nn.functional.smooth_l1_loss(g, wanted))
+            ces.append(-(target_probs(head, wanted) * torch.log_softmax(head.logits(g), -1)).sum())
+        depth2 = (torch.stack(regs).mean(), torch.stack(ces).mean())
+    torch.testing.assert_close(both[0], (one[0] + depth2[0]) / 2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(both[1], (one[1] + depth2[1]) / 2, rtol=1e-4, atol=1e-5)

@@ -20,10 +20,11 @@ from .data import (DataError, bench_source_ids, build_examples, code_conversatio
                    load_sharegpt, target_features, to_messages)
 from .head import EagleHead
 from ..runtime.model_files import ModelError
-from .official import EagleHeadError, save_official, trained_head_dir
+from .official import EagleHeadError, load_official, save_official, trained_head_dir
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
 from ..training import save_curves
+from ..training.checkpoint import resume_command
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -34,7 +35,8 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--out", default=None, help="folder for config.json, model.safetensors and README.md "
                        "(default: the cache, ~/.cache/speclab/eagle/<target>, where the drafters look)")
     train.add_argument("--data", choices=("sharegpt", "code", "sharegpt+code"), default="sharegpt")
-    train.add_argument("--train-tokens", type=int, default=60_000, help="tokens of training text to featurize")
+    train.add_argument("--train-tokens", type=int, default=None,
+                       help="tokens of training text to featurize (default 60,000; with --replies: all of them)")
     train.add_argument("--heldout", type=int, default=40, help="ShareGPT conversations held out for acceptance")
     train.add_argument("--seq-len", type=int, default=256)
     train.add_argument("--max-minutes", type=float, default=10.0, help="training time budget (after features)")
@@ -49,6 +51,18 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--draft-vocab", type=int, default=0,
                        help="score only the N most frequent training tokens (EAGLE-3's reduced vocabulary; 0: all)")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--ttt-depths", type=int, default=1, help="training-time test (EAGLE-3): also train on the "
+                       "head's own drafted features, this many draft steps deep (1: teacher forcing only)")
+    train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
+                       "`python -m decoders.training replies` (its held-out split is the held-out set)")
+    train.add_argument("--init", default=None, help="start from this head folder (e.g. assets/eagle/smollm2-135m, "
+                       "the shipped head); its draft vocabulary is kept")
+    train.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
+                       "position, RNG), written every --checkpoint-every minutes and at the end")
+    train.add_argument("--checkpoint-every", type=float, default=5.0, help="minutes")
+    train.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    train.add_argument("--session-minutes", type=float, default=0.0,
+                       help="end this session after this long (the run stays resumable; 0: run to the budget)")
     measure = sub.add_parser("measure", help="head forward time and held-out α: full vs reduced vocabularies")
     measure.add_argument("--target", required=True)
     measure.add_argument("--head", default=None, help="head folder (default: the shipped or cached head)")
@@ -68,7 +82,7 @@ def main(argv=None) -> int:
         if args.command == "measure":
             return run_measure(args)
         return run_train(args, argv if argv is not None else sys.argv[1:])
-    except (DataError, EagleHeadError, ModelError, ValueError) as error:
+    except (DataError, EagleHeadError, ModelError, ValueError) as error:  # CheckpointError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 2
 
@@ -86,28 +100,39 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     target.requires_grad_(False)
     print(f"target {lm.name} on {lm.device} ({lm.source})", flush=True)
 
-    train_chats, heldout_chats, data_note = conversations(args.data, args.heldout, args.seed)
-    train_examples = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens)
-    heldout_examples = build_examples(lm.tokenizer, heldout_chats, args.seq_len, 10**9)
-    n_train = sum(len(e.ids) for e in train_examples)
-    print(f"{len(train_examples)} training sequences ({n_train:,} tokens), {len(heldout_examples)} held out",
-          flush=True)
-
     feature_start = time.perf_counter()
-    bar = _token_bar(n_train + sum(len(e.ids) for e in heldout_examples), "target features")
-    train_set = target_features(target, train_examples, progress=bar)
-    heldout_set = target_features(target, heldout_examples, progress=bar)
-    bar.close()
+    if args.replies:
+        train_set, heldout_set, data_note = replies_data(args.replies, lm.name, args.train_tokens or 0)
+        train_examples = train_set
+    else:
+        train_set, heldout_set, data_note, train_examples = dataset_features(args, lm)
+    n_train = sum(len(e.ids) for e in train_set)
+    heldout_examples = heldout_set
+    print(f"{len(train_set)} training sequences ({n_train:,} tokens), {len(heldout_set)} held out", flush=True)
     feature_seconds = time.perf_counter() - feature_start
 
-    vocab_ids = None
-    if args.draft_vocab:
-        vocab_ids = frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size)
-    head = EagleHead(target, vocab_ids=vocab_ids)
+    if args.init:
+        head = load_official(args.init, target)
+        vocab_ids = head.vocab_ids
+        print(f"starting from {args.init}", flush=True)
+    else:
+        vocab_ids = (frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size) if args.draft_vocab
+                     else None)
+        head = EagleHead(target, vocab_ids=vocab_ids)
     settings = TrainSettings(lr=args.lr, batch_tokens=args.batch_tokens, max_minutes=args.max_minutes,
                              max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,
-                             seed=args.seed)
-    history = train_head(head, train_set, heldout_set, settings, log=lambda line: print(line, flush=True))
+                             seed=args.seed, session_minutes=args.session_minutes, ttt_depths=args.ttt_depths)
+    checkpoint = ({"path": Path(args.checkpoint), "every_minutes": args.checkpoint_every, "resume": args.resume}
+                  if args.checkpoint else None)
+    if args.resume and not checkpoint:
+        raise ValueError("--resume needs --checkpoint FILE (the run to continue)")
+    initial = None
+    if not args.resume:  # where training starts (the shipped head's held-out α when --init names it)
+        initial = acceptance_by_depth(head, heldout_set, args.depths)
+        print(("start (--init)" if args.init else "untrained") + ": held-out α by depth "
+              + " ".join(f"{a:.3f}" for a in initial["alpha"]), flush=True)
+    history = train_head(head, train_set, heldout_set, settings, log=lambda line: print(line, flush=True),
+                         checkpoint=checkpoint)
     final = history.evals[-1][1] if history.evals else acceptance_by_depth(head, heldout_set, args.depths)
     print("final held-out α by depth " + " ".join(f"{a:.3f}" for a in final["alpha"]) + " | recall "
           + json.dumps({k: round(v, 3) for k, v in final["recall"].items()}), flush=True)
@@ -132,7 +157,10 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
             "feature_seconds": feature_seconds, "train_seconds": history.seconds,
             "total_seconds": time.perf_counter() - started, "hardware": card.hardware(lm.device),
             "save_dtype": args.save_dtype, "size_mb": size_mb, "evals": history.evals, "command": command,
-            "gpu_command": gpu_command(args), "draft_vocab": head.vocab_size, "full_vocab_eval": full_vocab}
+            "gpu_command": gpu_command(args), "draft_vocab": head.vocab_size, "full_vocab_eval": full_vocab,
+            "initial_eval": initial, "init": args.init,
+            "heldout_note": "held-out replies (the target's own, to prompts never trained on)" if args.replies else None,
+            "resume_command": resume_command(command) if args.checkpoint else None}
     (out / "README.md").write_text(card.model_card(info))
     (out / "training.json").write_text(json.dumps({k: v for k, v in info.items() if k != "evals"} |
                                                   {"evals": history.evals, "losses": history.losses[::10]},
@@ -140,6 +168,34 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     save_curves(history, out, f"EAGLE head for {lm.name}")  # training_curves.png / .json: loss and α by depth
     print(f"saved {out} ({size_mb:.1f} MB) in {info['total_seconds'] / 60:.1f} min", flush=True)
     return 0
+
+
+def replies_data(folder: str, target: str, max_tokens: int = 0) -> tuple[list, list, str]:
+    """(train, held-out) Featurized from a reply store (decoders/training/replies.py), and a sentence for the card."""
+    from ..training.replies import REPLIES_NOTE, ReplyStore
+    from .data import Featurized
+
+    store = ReplyStore(folder)
+    store.check_target(target)
+    as_featurized = lambda records: [Featurized(r.ids, r.loss_mask, r.final) for r in records]  # noqa: E731
+    train = as_featurized(store.load("train", keep_stems=(), max_tokens=max_tokens))
+    held = as_featurized(store.load("heldout", keep_stems=()))
+    if not train or not held:
+        raise ValueError(f"{folder} holds {len(train)} training and {len(held)} held-out replies; write them first: "
+                         f"python -m decoders.training replies --target <name> --out {folder}")
+    return train, held, REPLIES_NOTE
+
+
+def dataset_features(args, lm) -> tuple[list, list, str, list]:
+    """The dataset's own text (ShareGPT, code) run once through the target: (train, held-out, note, examples)."""
+    train_chats, heldout_chats, data_note = conversations(args.data, args.heldout, args.seed)
+    train_examples = build_examples(lm.tokenizer, train_chats, args.seq_len, args.train_tokens or 60_000)
+    heldout_examples = build_examples(lm.tokenizer, heldout_chats, args.seq_len, 10**9)
+    bar = _token_bar(sum(len(e.ids) for e in train_examples + heldout_examples), "target features")
+    train_set = target_features(lm.model, train_examples, progress=bar)
+    heldout_set = target_features(lm.model, heldout_examples, progress=bar)
+    bar.close()
+    return train_set, heldout_set, data_note, train_examples
 
 
 def run_measure(args: argparse.Namespace) -> int:

@@ -28,14 +28,29 @@ def _vocab_note(info: dict) -> str:
             f"(`head.set_draft_vocab(None)`): α by depth {alpha}, top-1 recall {full['recall'][1]:.3f}.")
 
 
+def _resume_note(info: dict) -> str:
+    if not info.get("resume_command"):
+        return ""
+    return f"""
+The run is resumable (model, optimizer, step, data position and RNG in the checkpoint); to continue it (a run
+that spent its `--max-minutes` goes on only with a larger one, its learning-rate decay restarting warm):
+
+```bash
+{info['resume_command']}
+```
+"""
+
+
 def model_card(info: dict) -> str:
     """Markdown from the training record `info` (keys written by decoders/eagle/__main__.py)."""
     final = info["final_eval"]
     alpha = " | ".join(f"{a:.3f}" for a in final["alpha"])
     depths = " | ".join(str(k + 1) for k in range(len(final["alpha"])))
     recall = ", ".join(f"top-{k}: {r:.3f}" for k, r in final["recall"].items())
+    evals = ([("start (--init)" if info.get("init") else "untrained", info["initial_eval"])]
+             if info.get("initial_eval") else []) + list(info["evals"])
     history = "\n".join(f"| {step} | " + " | ".join(f"{a:.3f}" for a in result["alpha"]) + f" | {result['recall'][1]:.3f} |"
-                        for step, result in info["evals"])
+                        for step, result in evals)
     return f"""# EAGLE-1/2 draft head for {info['target']}
 
 A feature-level draft head (Li et al., ICML 2024): fc over [embedding of the next token ; target feature] -> one
@@ -43,7 +58,7 @@ A feature-level draft head (Li et al., ICML 2024): fc over [embedding of the nex
 Weights in SafeAILab/EAGLE's released layout (`config.json` + `model.safetensors`, keys `fc.*`, `layers.0.*`);
 load with `decoders.eagle.official.load_official(folder, target_model)`.
 
-## Held-out acceptance ({final['chains']} greedy draft chains on {info['heldout_conversations']} held-out ShareGPT conversations, assistant turns)
+## Held-out acceptance ({final['chains']} greedy draft chains on {info['heldout_conversations']} {info.get('heldout_note') or "held-out ShareGPT conversations, assistant turns"})
 
 α(k) = P(draft step k equals the target's argmax | steps 1..k-1 did), the head drafting on its own features:
 
@@ -79,7 +94,7 @@ Evaluations during training (α by depth, top-1 recall):
 ```bash
 {info['command']}
 ```
-
+{_resume_note(info)}
 On a GPU (the same recipe, more data and time; `--device cuda`):
 
 ```bash

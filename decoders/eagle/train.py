@@ -17,7 +17,6 @@ would not have. Tokens fed are the data tokens.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +24,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from ..training import FitSettings, History, fit
-from ..training.batches import make_batches
+from ..training.batches import BatchStream
+from ..training.checkpoint import Checkpointing
 from .data import Featurized
 from .head import EagleHead, causal_mask
 
@@ -46,6 +46,9 @@ class TrainSettings:
     eval_every_minutes: float = 2.0
     depths: int = 5
     seed: int = 0
+    ttt_depths: int = 1  # training-time test: also train on the head's own drafted features, this deep
+    stop_at_step: int = 0  # end this session here (loop.FitSettings)
+    session_minutes: float = 0.0
 
 
 @dataclass
@@ -78,20 +81,36 @@ def target_probs(head: EagleHead, features: torch.Tensor) -> torch.Tensor:
         return torch.softmax(head.logits(features).float(), dim=-1)  # (B, n, V|N)
 
 
-def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(regression, classification) losses of one batch, each a masked mean over predicted positions."""
+def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0, depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(regression, classification) losses of one batch, each a masked mean over predicted positions.
+
+    depths > 1 is training-time test (EAGLE-3; HASS's harmonised context): after the teacher-forced step the head
+    runs again on its OWN features, exactly as it drafts (depth k at position m reads its depth k-1 output at m-1 and
+    attends the real keys up to where its chain began plus one drafted key per earlier depth: depth_mask), and each
+    depth is scored against the same targets (the prediction at m always stands in for f_{m+1}); the terms are
+    averaged over depths. Gradients flow through the drafted features, as in EAGLE-3."""
     inputs = batch.features[:, :-1]  # (B, n-1, d): f_i
     if noise_std > 0:
         inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise_std * 512 / inputs.shape[1]  # EAGLE's noise
-    predicted = head.features(batch.ids[:, 1:], inputs)  # (B, n-1, d): g_i, standing in for f_{i+1}
+    tokens = batch.ids[:, 1:]  # (B, n-1): t_{i+1}
     wanted = batch.features[:, 1:]  # (B, n-1, d): f_{i+1}
-    weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
-    count = weight.sum().clamp_min(1.0)
-    regression = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
-    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
     p = target_probs(head, wanted)  # (B, n-1, V|N): p_{i+2}
-    classification = -(p * log_q).sum(-1)  # (B, n-1)
-    return (regression * weight).sum() / count, (classification * weight).sum() / count
+    n = inputs.shape[1]
+    cache = DynamicCache(config=head.config) if depths > 1 else None
+    positions = torch.arange(n, device=inputs.device).expand(inputs.shape[0], n) if depths > 1 else None
+    regression = classification = 0.0
+    for depth in range(1, depths + 1):
+        mask = depth_mask(n, depth, inputs.dtype, inputs.device) if depths > 1 else None
+        predicted = head.features(tokens, inputs, positions, cache, mask)  # (B, n-1, d): g_i, standing in for f_{i+1}
+        weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
+        weight[:, : depth - 1] = 0  # positions before a depth-`depth` chain can start
+        count = weight.sum().clamp_min(1.0)
+        reg = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
+        log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
+        regression = regression + (reg * weight).sum() / count
+        classification = classification + (-(p * log_q).sum(-1) * weight).sum() / count
+        inputs = torch.cat([inputs[:, :1], predicted[:, :-1]], dim=1)  # position m reads its own g_{m-1}
+    return regression / depths, classification / depths
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -165,27 +184,31 @@ def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- the loop
 
 def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
-               log=print) -> History:
-    """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end."""
-    rng = random.Random(settings.seed)
+               log=print, checkpoint: dict | None = None) -> History:
+    """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end.
+
+    checkpoint: {"path", "every_minutes", "resume"} (decoders/training/checkpoint.py): the head, the optimizer and
+    the batch stream's position are saved there, and restored first when resume is true."""
+    stream = BatchStream(train, settings.batch_tokens, settings.seed)
     device, dtype = head.fc.weight.device, head.fc.weight.dtype
-    groups: list[list[int]] = []
 
     def step(_):
-        if not groups:
-            groups.extend(make_batches(train, settings.batch_tokens, rng))
-        batch = collate([train[i] for i in groups.pop()], device, dtype)
-        regression, classification = loss_terms(head, batch, settings.noise_std)
+        batch = collate([train[i] for i in stream.next()], device, dtype)
+        regression, classification = loss_terms(head, batch, settings.noise_std, settings.ttt_depths)
         loss = settings.v_w * regression + settings.p_w * classification
         return loss, {"regression": regression.item(), "classification": classification.item()}, int(batch.mask.sum())
 
     fit_settings = FitSettings(lr=settings.lr, weight_decay=settings.weight_decay, betas=settings.betas,
                                grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps,
                                max_minutes=settings.max_minutes, max_steps=settings.max_steps,
-                               eval_every_minutes=settings.eval_every_minutes, seed=settings.seed)
+                               eval_every_minutes=settings.eval_every_minutes, seed=settings.seed,
+                               stop_at_step=settings.stop_at_step, session_minutes=settings.session_minutes)
     head.train()
     evaluate = (lambda: acceptance_by_depth(head, heldout, settings.depths)) if heldout else None
-    return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe)
+    meta = {"vocab_ids": head.vocab_ids, "bias": head.fc.bias is not None}
+    saving = Checkpointing(**checkpoint, parts={"model": head, "data": stream}, kind="eagle", meta=meta) \
+        if checkpoint else None
+    return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe, checkpointing=saving)
 
 
 def _describe(result: dict) -> str:

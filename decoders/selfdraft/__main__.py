@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..training import FitSettings, save_curves
+from ..training.checkpoint import resume_command
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -50,6 +51,14 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--save-dtype", choices=("float32", "float16"), default="float32")
     train.add_argument("--out", default=None, help="default: the cache, where the drafter looks")
     train.add_argument("--init", default=None, help="continue from saved weights (a folder from an earlier run)")
+    train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
+                       "`python -m decoders.training replies` (its held-out split is the held-out set)")
+    train.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
+                       "position, RNG), written every --checkpoint-every minutes and at the end")
+    train.add_argument("--checkpoint-every", type=float, default=5.0, help="minutes")
+    train.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    train.add_argument("--session-minutes", type=float, default=0.0,
+                       help="end this session after this long (the run stays resumable; 0: run to the budget)")
     return parser.parse_args(argv)
 
 
@@ -108,6 +117,21 @@ def recorded_data(args, lm) -> dict:
             "target": lm.name, "stems": stems, "frequent": frequent_ids(train_ex, 65536, lm.model.config.vocab_size)}
 
 
+def replies_data(folder: str, target: str, vocab: int) -> dict:
+    """The training dict of `recorded_data`, read from a reply store (decoders/training/replies.py)."""
+    from ..eagle.data import frequent_ids
+    from ..training.replies import REPLIES_NOTE, ReplyStore
+
+    store = ReplyStore(folder)
+    train, held = store.load("train"), store.load("heldout")
+    if not train or not held:
+        raise ValueError(f"{folder} holds {len(train)} training and {len(held)} held-out replies; write them first: "
+                         f"python -m decoders.training replies --target {target} --out {folder}")
+    store.check_target(target)
+    return {"train": train, "heldout": held, "note": REPLIES_NOTE, "seconds": 0.0, "target": target,
+            "stems": sorted(train[0].stems), "frequent": frequent_ids(train, 65536, vocab)}
+
+
 def run_record(args) -> int:
     lm = _load(args)
     data = recorded_data(args, lm)
@@ -124,13 +148,20 @@ def run_train(args, argv) -> int:
 
     started = time.perf_counter()
     lm = _load(args)
-    data = torch.load(args.features, weights_only=False) if args.features else recorded_data(args, lm)
+    if args.replies:
+        data = replies_data(args.replies, lm.name, lm.model.config.vocab_size)
+    else:
+        data = torch.load(args.features, weights_only=False) if args.features else recorded_data(args, lm)
     if data["target"] != lm.name:
         raise ValueError(f"{args.features} holds features of {data['target']}, not {lm.name}")
     frequent = data["frequent"]
     vocab_ids = torch.sort(frequent[: args.draft_vocab]).values if args.draft_vocab else None
     settings = FitSettings(lr=args.lr, max_minutes=args.max_minutes, max_steps=args.max_steps, warmup_steps=args.warmup,
-                           eval_every_minutes=args.eval_every, seed=args.seed)
+                           eval_every_minutes=args.eval_every, seed=args.seed, session_minutes=args.session_minutes)
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint FILE (the run to continue)")
+    checkpoint = ({"path": Path(args.checkpoint), "every_minutes": args.checkpoint_every, "resume": args.resume}
+                  if args.checkpoint else None)
     log = lambda line: print(line, flush=True)
     if args.init:  # continue training saved weights (a sweep's winner); its shape and vocabulary win
         model = store.load(args.init, lm.model).train().requires_grad_(True)
@@ -145,7 +176,8 @@ def run_train(args, argv) -> int:
             init_exit(model, data["train"])  # the tuned-lens start (train.lens_init)
         initial = exit_alpha(model, data["heldout"], args.depths)
         log(("start (from --init)" if args.init else "fitted lens, before training") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
-        history = train_exit(model, data["train"], data["heldout"], settings, args.batch_tokens, args.depths, log)
+        history = train_exit(model, data["train"], data["heldout"], settings, args.batch_tokens, args.depths, log,
+                             checkpoint)
     else:
         if not args.init:
             model = Prophet(lm.model, args.layers, vocab_ids=vocab_ids)
@@ -153,7 +185,7 @@ def run_train(args, argv) -> int:
         initial = prophet_alpha(model, data["heldout"], args.depths)
         log(("start (from --init)" if args.init else "fitted lens, before training") + ": α by depth " + " ".join(f"{a:.2f}" for a in initial["alpha"]))
         history = train_prophet(model, data["train"], data["heldout"], settings, args.gamma, args.batch_tokens,
-                                args.depths, log)
+                                args.depths, log, checkpoint)
     final = history.evals[-1][1]
     prior = model.config_record.get("training", {}) if args.init else {}  # minutes and steps of the run continued
     history.seconds += prior.get("train_seconds", 0.0)
@@ -169,7 +201,9 @@ def run_train(args, argv) -> int:
             "draft_vocab": model.vocab.size, "hardware": hardware(torch.device("cpu")), "command": command,
             "save_dtype": args.save_dtype, "params": sum(p.numel() for p in model.parameters()),
             "evals": history.evals, "total_seconds": time.perf_counter() - started,
-            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training"}
+            "initial_label": f"start (--init {args.init})" if args.init else "fitted lens, before training",
+            "heldout_note": "held-out replies (the target's own, to prompts never trained on)" if args.replies else None,
+            "resume_command": resume_command(command) if args.checkpoint else None}
     store.save(model, out, getattr(torch, args.save_dtype), {k: v for k, v in info.items() if k != "evals"})
     info["size_mb"] = (out / "model.safetensors").stat().st_size / 1e6
     save_curves(history, out, f"{args.kind} for {lm.name}: {model.meta()}")

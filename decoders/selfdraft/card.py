@@ -26,7 +26,7 @@ def model_card(info: dict) -> str:
 Draft = {what}. Shape: {shape}; {info['params']:,} trained parameters, stored as {info['save_dtype']}
 ({info['size_mb']:.1f} MB); draft vocabulary: {info['draft_vocab']:,} most frequent training tokens.
 
-## Held-out acceptance ({final['chains']} greedy chains on {info['heldout_sequences']} held-out ShareGPT conversations)
+## Held-out acceptance ({final['chains']} greedy chains on {info['heldout_sequences']} {info.get('heldout_note') or "held-out ShareGPT conversations"})
 
 α(d) = P(draft step d equals the target's argmax | steps 1..d-1 did), teacher-forced on the data's tokens.
 
@@ -56,4 +56,10 @@ Expected accepted drafts per chain of {depths}: {final['mean_accepted']:.2f}.
 {info['command']}
 {train_command(info['kind'], '<registry target>')}
 ```
-"""
+{_resume_note(info)}"""
+
+
+def _resume_note(info: dict) -> str:
+    from ..eagle.card import _resume_note as note
+
+    return note(info)

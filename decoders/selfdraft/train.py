@@ -18,7 +18,8 @@ import random
 import torch
 
 from ..training import FitSettings, History, fit
-from ..training.batches import make_batches
+from ..training.batches import BatchStream, RandomPicks
+from ..training.checkpoint import Checkpointing
 from .heads import ExitBlock, Prophet
 from .record import Recorded
 from .stem import causal_mask, padded_causal_mask
@@ -141,19 +142,37 @@ def exit_alpha(block: ExitBlock, data: list[Recorded], depths: int = 5) -> dict:
 
 
 def train_exit(block: ExitBlock, train: list[Recorded], heldout: list[Recorded], settings: FitSettings,
-               batch_tokens: int = 2048, depths: int = 5, log=print) -> History:
-    rng = random.Random(settings.seed)
-    groups: list[list[int]] = []
+               batch_tokens: int = 2048, depths: int = 5, log=print, checkpoint: dict | None = None) -> History:
+    """checkpoint: {"path", "every_minutes", "resume"}: the run saves (and resumes) itself there."""
+    stream = BatchStream(train, batch_tokens, settings.seed)
 
     def step(_):
-        if not groups:
-            groups.extend(make_batches(train, batch_tokens, rng))
-        loss, tokens = exit_loss(block, [train[i] for i in groups.pop()])
+        loss, tokens = exit_loss(block, [train[i] for i in stream.next()])
         return loss, {"soft CE": loss.item()}, tokens
 
     block.train()
     return fit(block.parameters(), step, settings, (lambda: exit_alpha(block, heldout, depths)) if heldout else None,
-               log=log)
+               log=log, checkpointing=_checkpointing(checkpoint, block, stream))
+
+
+def _checkpointing(checkpoint: dict | None, model, data) -> Checkpointing | None:
+    if not checkpoint:
+        return None
+    meta = model.meta() | {"vocab_ids": model.vocab.vocab_ids}
+    return Checkpointing(**checkpoint, parts={"model": _Trainable(model), "data": data}, kind=model.kind, meta=meta)
+
+
+class _Trainable:
+    """A drafter's own weights (never the target's vocabulary buffers) for the checkpoint."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def state_dict(self) -> dict:
+        return {k: v.detach().clone() for k, v in self.model.trainable_state().items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state, strict=False)
 
 
 # ---------------------------------------------------------------------------------------------- prophet
@@ -184,22 +203,24 @@ def prophet_forward(model: Prophet, inputs: torch.Tensor) -> torch.Tensor:
 
 
 def train_prophet(model: Prophet, train: list[Recorded], heldout: list[Recorded], settings: FitSettings,
-                  gamma: int = 5, batch_tokens: int = 2048, depths: int = 5, log=print) -> History:
-    rng = random.Random(settings.seed)
+                  gamma: int = 5, batch_tokens: int = 2048, depths: int = 5, log=print,
+                  checkpoint: dict | None = None) -> History:
     starts = _starts(train, gamma)
     if not starts:
         raise ValueError(f"no training sequence is longer than γ + 2 = {gamma + 2} tokens")
     per_batch = max(1, batch_tokens // (gamma + 1))
+    picker = RandomPicks(starts, settings.seed)
 
     def step(_):
-        picks = [starts[rng.randrange(len(starts))] for _ in range(per_batch)]
+        picks = picker.draw(per_batch)
         inputs, final, _, weight = _prophet_batch(model, train, picks, gamma)
         loss = soft_ce(prophet_forward(model, inputs), _labels(model, final), weight)
         return loss, {"soft CE": loss.item()}, int(weight.sum())
 
     model.train()
     return fit(model.parameters(), step, settings,
-               (lambda: prophet_alpha(model, heldout, depths)) if heldout else None, log=log)
+               (lambda: prophet_alpha(model, heldout, depths)) if heldout else None, log=log,
+               checkpointing=_checkpointing(checkpoint, model, picker))
 
 
 @torch.no_grad()

@@ -46,3 +46,50 @@ def length_sorted_chunks(examples: Sequence[HasIds], batch_tokens: int):
             ids[row, :n], attention[row, :n] = torch.as_tensor(examples[i].ids), 1
         yield chunk, ids, attention
         start += len(chunk)
+
+
+class BatchStream:
+    """make_batches epoch after epoch, with a position that a checkpoint saves: the RNG and the batches left.
+
+    The examples may grow between sessions (more replies written): indices stay valid, new examples join at the
+    next epoch."""
+
+    def __init__(self, examples: Sequence[HasIds], batch_tokens: int, seed: int):
+        self.examples, self.batch_tokens = examples, batch_tokens
+        self.rng = random.Random(seed)
+        self.groups: list[list[int]] = []
+        self.epochs = 0
+
+    def next(self) -> list[int]:
+        if not self.groups:
+            self.groups.extend(make_batches(self.examples, self.batch_tokens, self.rng))
+            self.epochs += 1
+        return self.groups.pop()
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.getstate(), "groups": [list(g) for g in self.groups], "epochs": self.epochs,
+                "examples": len(self.examples)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["examples"] > len(self.examples):
+            raise ValueError(f"the checkpoint's data held {state['examples']} sequences, this run has only "
+                             f"{len(self.examples)}: resume with the same (or more) data")
+        self.rng.setstate(state["rng"])
+        self.groups = [list(g) for g in state["groups"]]
+        self.epochs = state["epochs"]
+
+
+class RandomPicks:
+    """Uniform draws (with replacement) from a fixed list, e.g. the prophet's chain starts; its RNG is saved."""
+
+    def __init__(self, items: Sequence, seed: int):
+        self.items, self.rng = items, random.Random(seed)
+
+    def draw(self, count: int) -> list:
+        return [self.items[self.rng.randrange(len(self.items))] for _ in range(count)]
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])

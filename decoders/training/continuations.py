@@ -24,20 +24,13 @@ def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer.encode("\n\n".join(m["content"] for m in messages) + "\n\n")
 
 
-@torch.inference_mode()
 def greedy_replies(model, prompts: list[list[int]], max_new: int, eos: set[int], pad: int) -> list[list[int]]:
-    """Each prompt's greedy reply, up to and including its first end-of-sequence token, B rows per step."""
-    device = next(model.parameters()).device
-    width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)  # (B, n): left padded
-    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # (B, n)
-    out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new, do_sample=False,
-                         pad_token_id=pad, eos_token_id=sorted(eos))[:, width:].tolist()  # (B, ≤ max_new)
-    replies = []
-    for row in out:
-        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
-        replies.append(row[:end])
-    return replies
+    """Each prompt's greedy reply, up to and including its first end-of-sequence token, B rows per step (the one
+    batched writer, decoders/training/replies.py, without keeping its features)."""
+    from .replies import write_batch
+
+    records = write_batch(model, prompts, max_new, eos, pad, stems=[])
+    return [r.ids[len(p):].tolist() + [int(r.greedy[-1])] for p, r in zip(prompts, records)]
 
 
 def generated_examples(model, tokenizer, prompts: Iterable[list[dict]], max_len: int, max_tokens: int,
