@@ -281,7 +281,7 @@ def test_the_opening_line_shows_the_baseline_recorded_beside_it():
     assert len(shown) <= 210  # about four lines at 420 px (test_browser.py: the result follows Run closely)
     seconds = trace.totals["seconds"]  # issue 47.1: the line says where the time went, from the recording
     verify = seconds["verify"] / sum(seconds.values())
-    assert f"τ {trace.totals['tau']:.1f}, {verify:.0%} of the time in the target's checks" in shown
+    assert f"τ {trace.totals['tau']:.1f}, {verify:.0%} verifying" in shown and "verification forwards" in status
     loads = [t.totals["recorded"]["load"] for t in (trace, baseline)]
     assert ("busy" in shown) == any(is_busy(load) for load in loads)  # said only from the measured load
     other = read_trace_file(ASSETS / "traces" / OPENING_TRACE)

@@ -71,18 +71,27 @@ def choose_layer_skip_with_adaedl(page) -> None:
     page.wait_for_timeout(1000)
 
 
-def test_the_page_opens_on_an_eagle2_tree_with_its_own_controls(page):
-    from app.tabs.generate.controls import OPENING, OPENING_TRACE, opening_value
+def test_the_page_opens_on_a_tree_with_its_own_controls(page):
+    """The opening recording's drafter (a tree: suffix decoding since issue 47.1) with the controls it reads shown and
+    the others hidden."""
+    from app.tabs.generate.controls import OPENING, OPENING_TRACE
     from app.tabs.generate.views import read_trace_file
 
-    assert checked(page, "Drafter") == "eagle2" and checked(page, "Tree grown by") == opening_value("eagle_head")
-    assert is_shown(page, "K (children per expanded node)") and is_shown(page, "D (expansion steps, EAGLE-2)")
-    assert is_shown(page, "M (draft nodes sent to the target)") and slider_value(page, "M (draft nodes sent to "
-                                                                                      "the target)") == OPENING.tree_m
+    assert OPENING.drafter == "suffix" and checked(page, "Drafter") == "suffix"
+    assert not is_shown(page, "K (children per expanded node)") and not is_shown(page, "D (expansion steps, EAGLE-2)")
     assert not is_shown(page, "Draft-length rule") and not is_shown(page, "x (DDD: stop threshold)")
     assert not is_shown(page, "n-gram (prompt lookup)")
     recorded = read_trace_file(ROOT / "assets" / "traces" / OPENING_TRACE)
     assert page.input_value("#sl-prompt textarea") == recorded.prompt  # the recorded run's prompt
+
+
+def test_eagle2_shows_its_own_controls(page):
+    radio(page, "Drafter").get_by_text("eagle2", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('label')].some(l => l.innerText.startsWith("
+                           "'K (children') && l.offsetParent !== null)")
+    assert is_shown(page, "K (children per expanded node)") and is_shown(page, "D (expansion steps, EAGLE-2)")
+    assert is_shown(page, "M (draft nodes sent to the target)")
+    assert not is_shown(page, "Draft-length rule") and not is_shown(page, "x (DDD: stop threshold)")
 
 
 def test_ddd_shows_its_own_constants(page):

@@ -1,5 +1,5 @@
-"""Draft trees in a real browser (Debian's headless Chromium, as tests/test_browser.py): the page opens on a recorded
-EAGLE-2 tree with its pool folded and its drafts filled by value, the panels beside it show the search, and a
+"""Draft trees in a real browser (Debian's headless Chromium, as tests/test_browser.py): a recorded EAGLE-2 tree
+shows its pool folded and its drafts filled by value, the panels beside it show the search, and a
 recorded DDD run shows its checks against x. A live EAGLE-2 run through the app's Run handler on the shipped head is
 tests/test_app_inputs.py::test_a_live_tree_run_on_the_shipped_head_streams_tree_views (in-process: in the full suite
 the same run inside this module's browser server waited 300 s for the decode lock, not reproduced alone; see the
@@ -41,8 +41,13 @@ def trace_names(page, elem: str) -> list[str]:
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-def test_the_page_opens_on_a_recorded_tree_with_its_search(browser, url, width):
+def test_a_recorded_eagle2_tree_shows_its_search(browser, url, width):
+    """The recorded EAGLE-2 tree of the Qwen pair (the page opened on it until issue 47.1; now one pick away)."""
     page = open_page(browser, url, width)
+    page.click("#sl-recorded input")
+    page.get_by_role("option", name="speculative · draft-model tree · EAGLE-2").first.click()
+    page.wait_for_function("() => { const d = document.querySelector('#sl-tree .js-plotly-plot');"
+                           " return d && d.layout.title.text.includes('EAGLE-2 grew'); }")
     title = plot(page, "sl-tree", "d.layout.title.text").replace("<br>", " ")
     assert "EAGLE-2 grew" in title and "most valuable" in title
     names = trace_names(page, "sl-tree")

@@ -166,7 +166,7 @@ def run_figure(trace: Trace, index: int | None = None, height: int = 420) -> go.
     title = wrap_title("The draft follows the match: longer matched tails earn longer drafts")
     fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, plot_bgcolor="white",
                       barmode="overlay", margin=dict(l=10, r=10, t=title_margin(title), b=10),
-                      legend=dict(orientation="h", y=-0.2, x=0, yanchor="top", font=dict(size=11)),
+                      legend=dict(orientation="h", y=-0.32, x=0, yanchor="top", font=dict(size=11)),
                       xaxis=dict(title="round (outlined: this round)", gridcolor="#eee"),
                       yaxis=dict(title="tokens", rangemode="tozero", gridcolor="#eee"))
     return describe(fig, run_summary(rounds))
