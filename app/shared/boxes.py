@@ -76,13 +76,14 @@ class Bounded(gr.Slider):
         return super().preprocess(payload)
 
 
+SCRUB = ["sl-scrubber"]  # a Scrubber's class: the page JS leaves its box to Gradio's clamp
+
+
 class Scrubber(gr.Slider):
     """A slider that picks a position in a finished run (a round, a step): a number typed past either end means that
     end, as dragging there would (Gradio's own raised an Error with a traceback in the server log). The page JS
-    leaves its box to Gradio's clamp (class sl-scrubber)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, elem_classes=["sl-scrubber"], **kwargs)
+    leaves its box to Gradio's clamp (class sl-scrubber, which each call site passes: an __init__ of its own kept
+    Gradio's page from drawing the slider at all)."""
 
     def get_block_name(self) -> str:
         return "slider"

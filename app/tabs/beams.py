@@ -13,7 +13,7 @@ from typing import Iterator
 
 import gradio as gr
 
-from app.shared.boxes import Bounded, Scrubber, refuse_out_of_range
+from app.shared.boxes import SCRUB, Bounded, Scrubber, refuse_out_of_range
 
 from decoders.beams.trace import BeamTrace, BeamTraceError
 from decoders.api import draft_for
@@ -285,7 +285,7 @@ def build() -> dict:
             max_tokens = Bounded(1, 256, value=48, step=1, label="max tokens")
             seed = gr.Number(0, precision=None, label="seed")  # what was typed: 1.5 is refused, not rounded
     out = {"status": gr.Markdown("", elem_id="bm-status"), "error": gr.HTML("", elem_id="bm-error"),
-           "iteration": Scrubber(1, 2, value=1, step=1, label="iteration (scrub through the run)", visible=False,
+           "iteration": Scrubber(1, 2, value=1, step=1, elem_classes=SCRUB, label="iteration (scrub through the run)", visible=False,
                                   elem_id="bm-iteration"),
            "forest": gr.Plot(forest_figure(None), label="beam forest", elem_id="bm-forest")}
     with gr.Row(equal_height=False):  # min_width: on a phone (420 px) the two panels stack instead of squeezing

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.shared.boxes import Bounded, Scrubber
+from app.shared.boxes import SCRUB, Bounded, Scrubber
 
 from decoders.batch import batched_drafters
 
@@ -61,7 +61,7 @@ def build() -> None:
                                          color_map=PROVENANCE_COLORS, show_legend=False, show_inline_category=False,
                                          combine_adjacent=False, interactive=False, elem_id="bt-row-text")
     out["legend"] = gr.HTML(legend_html(), elem_id="bt-legend")
-    out["slider"] = Scrubber(1, 2, value=1, step=1, label="round of this row", elem_id="bt-round")
+    out["slider"] = Scrubber(1, 2, value=1, step=1, elem_classes=SCRUB, label="round of this row", elem_id="bt-round")
     with gr.Row():
         out["tree"] = gr.Plot(empty_figure("Run a batch, then click a lane: that row's round opens here."),
                               label="the row's round", elem_id="bt-tree", min_width=360)

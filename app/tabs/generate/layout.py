@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.shared.boxes import Bounded, Choice, ChoiceDropdown, Scrubber
+from app.shared.boxes import SCRUB, Bounded, Choice, ChoiceDropdown, Scrubber
 
 from decoders import registry
 from decoders.options import DRAFTERS, MAX_NEW_TOKENS_LIMIT, RULES, TREE_DRAFTERS
@@ -277,7 +277,7 @@ def _outputs(initial: dict) -> dict:
     o["legend"] = gr.HTML(initial.get("legend", legend_html()), elem_id="sl-legend")
     trace = initial.get("state")
     n_rounds = len(trace.rounds) if trace is not None else 1
-    o["slider"] = Scrubber(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1,
+    o["slider"] = Scrubber(1, max(n_rounds, 2), value=shown_round(trace) + 1 if trace is not None else 1, step=1, elem_classes=SCRUB,
                             label="Round", elem_id="sl-round",
                             info="Scrub through the rounds: the tree and the rule panel redraw that round.")
     o["tree"] = gr.Plot(initial.get("tree"), label="Draft tree of the round (drag to pan; zoom with the plot's toolbar)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.shared.boxes import Bounded, Scrubber
+from app.shared.boxes import SCRUB, Bounded, Scrubber
 
 from app.figures.whisper import results_html
 from app.shared.decode_slot import QUEUE_LIMIT
@@ -73,7 +73,7 @@ def build() -> dict:
             c["aggregate"] = gr.Radio(["min", "mean", "sum"], value="min", label="lookahead aggregate")
     out = {"status": status, "error": error,
            "results": gr.HTML(results_html([]), elem_id="sw-results-box"), "traces": gr.State([]),
-           "step": Scrubber(1, 2, value=1, step=1, label="step (scrub through the search)", visible=False,
+           "step": Scrubber(1, 2, value=1, step=1, elem_classes=SCRUB, label="step (scrub through the search)", visible=False,
                              elem_id="sw-step")}
     gr.Markdown("**Beam trees**, one per decoder, stacked on one step axis: black = the path of the chosen "
                 "transcript, faded = candidates the search dropped; a dashed purple line marks the token where a "
