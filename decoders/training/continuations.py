@@ -14,21 +14,12 @@ from typing import Callable, Iterable
 import torch
 
 from ..eagle.data import Example
-
-
-def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """The chat-templated prompt with the assistant's turn opened (plain text for a base model)."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tokenizer.encode(text, add_special_tokens=False)
-    return tokenizer.encode("\n\n".join(m["content"] for m in messages) + "\n\n")
+from .replies import encode_prompt, write_batch
 
 
 def greedy_replies(model, prompts: list[list[int]], max_new: int, eos: set[int], pad: int) -> list[list[int]]:
     """Each prompt's greedy reply, up to and including its first end-of-sequence token, B rows per step (the one
     batched writer, decoders/training/replies.py, without keeping its features)."""
-    from .replies import write_batch
-
     records = write_batch(model, prompts, max_new, eos, pad, stems=[])
     return [r.ids[len(p):].tolist() + [int(r.greedy[-1])] for p, r in zip(prompts, records)]
 

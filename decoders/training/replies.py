@@ -182,13 +182,19 @@ class ReplyStore:
 # ---------------------------------------------------------------------------------------------- the run
 
 
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """The chat-templated prompt with the assistant's turn opened (plain text for a base model)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode("\n\n".join(m["content"] for m in messages) + "\n\n")
+
+
 def write_replies(model, tokenizer, prompts: list[Prompt], store: ReplyStore, split: str, token_budget: int,
                   batch: int, max_new: int, max_prompt: int, stems: list[int],
                   progress: Callable[[int], None] | None = None, meta: dict | None = None) -> int:
     """Answers the prompts of `split` not yet in the store, batch after batch, until the split holds token_budget
     tokens (0: every prompt). Prompts over max_prompt tokens are skipped. Returns the tokens written now."""
-    from .continuations import encode_prompt
-
     eos = _eos(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     done, written = store.done_keys(), 0
