@@ -187,6 +187,9 @@ PAGE_CSS = provenance_css() + f"""
 @media (max-width: {NARROW}px) {{ #sl-lesson-list .wrap {{ flex-direction: column; align-items: stretch; }} }}
 /* ... which makes the lessons' own tab strip redundant there: hidden, it no longer folds lessons behind a "⋯". */
 @media (max-width: {NARROW}px) {{ #sl-lessons > .tab-wrapper {{ display: none; }} }}
+/* Eleven lessons in one row at 1280 px: their tabs a little tighter than the page's own. */
+#sl-lessons > .tab-wrapper [role=tab], #sl-lessons > .tab-wrapper > .tab-container.visually-hidden > button {{
+    padding-left: 8px !important; padding-right: 8px !important; }}  /* the hidden copy is what Gradio measures */
 #sl-rule-row, #sl-race-plots, #sl-race-setup > .form {{ flex-wrap: wrap !important; }}
 #sl-rule-row > *, #sl-race-plots > *, #sl-race-setup > .form > * {{ flex: 1 1 {PLOT_MIN}px !important;
                                                                   min-width: min({PLOT_MIN}px, 100%) !important; }}

@@ -25,6 +25,7 @@ from app.figures.rule import positions_figure
 from app.figures.search import growth_figure
 from app.figures.self_draft import exit_figure
 from app.figures.suffix import run_figure as suffix_run_figure
+from app.figures.training import acceptance_figure, shipped_scores
 from app.figures.tree import empty_figure, tree_figure
 from app.shared.theme import OKABE_ITO, describe, legend_below, title_margin, wrap_title
 from app.tabs.generate.views import interesting_round, read_trace_file, tree_beats_chain_round
@@ -97,9 +98,13 @@ def _self_draft(trace: Trace) -> go.Figure:
     return exit_figure(trace) or empty_figure("This trace was not drafted by early exit or a prophet.")
 
 
+def _acceptance(_trace: Trace | None) -> go.Figure:
+    return acceptance_figure(shipped_scores())
+
+
 FIGURES = {"tree": _round_tree, "positions": _round_positions, "rejection": _rejection, "speedup": speedup_figure,
            "growth": _growth, "forest": _forest, "whisper": _whisper_search, "self_draft": _self_draft,
-           "suffix": suffix_run_figure}
+           "suffix": suffix_run_figure, "acceptance": _acceptance}
 
 LESSONS: list[Lesson] = [
     Lesson("1. One token per forward", "Baseline",
@@ -113,13 +118,13 @@ LESSONS: list[Lesson] = [
            "target's own token, and when every guess survives the target adds a **bonus** token for free. Here "
            "the drafter is prompt lookup: it copies text that already appears in the prompt, ideal for an edit.",
            "tree", "lookup-code-edit.json"),
-    Lesson("3. Why sampling stays exact", "Exact sampling",
+    Lesson("3. Why sampling stays exact", "Sampling",
            "When the model samples, the target accepts a drafted token with probability min(1, p/q) and, on "
            "rejection, draws from the residual norm(max(p − q, 0)). Accepted mass plus residual rebuild p "
            "exactly: the output has the target's distribution whatever the draft. Press *Sample 1,000 times* "
            "in the explainer below the lessons to watch the histogram converge to p.",
            "rejection", "static-layerskip-sampled.json"),
-    Lesson("4. How long to draft", "How long to draft",
+    Lesson("4. How long to draft", "Draft length",
            "A **static** rule always drafts γ tokens; when the draft is unsure, the last guesses are wasted. "
            "**AdaEDL** estimates from the draft's entropy how likely the next guess is to survive, and stops "
            "when the bound 1 − √(γ·H(q)) falls below λ. The figure shows each drafted position's bound and λ.",
@@ -189,6 +194,21 @@ LESSONS: list[Lesson] = [
            "a drafter changes the speed, never the text). **Try it** and press **Run** twice: the second run "
            "drafts from your first (the store is yours alone; see *Your earlier outputs*).",
            "suffix", "suffix-code-edit.json"),
+    Lesson("11. Training a drafter: acceptance sets the speed", "Training",
+           "A learned drafter is only as fast as its guesses are right. SpecLab trains its drafters on the "
+           "**target's own replies** (SmolLM2 answering ShareGPT first turns and code requests: "
+           "`python -m decoders.training replies`). An **EAGLE head** reads the target's hidden feature at each "
+           "position and learns to predict the next feature (a regression loss) and the target's next token (a "
+           "classification loss). Training **resumes** where it stopped (`--resume`), and a new head replaces the "
+           "shipped one only when it beats it on **held-out** prompts, ones it never trained on, by more than one "
+           "standard error (`python -m decoders.training compare`). The chart shows what that buys: **α(k)**, the "
+           "share of drafts at depth k the target accepts. Acceptance compounds: a chain of drafts yields "
+           "τ = 1 + α1 + α1·α2 + … tokens per target forward, so the paper's head, near 0.75 at every depth, makes "
+           "more than three tokens a forward, and a head near 0.45 under two, before the drafts' own cost. That "
+           "gap, not the tree, is why EAGLE-2 with the heads trained here still loses to plain decoding on this "
+           "CPU (Claims tab): published heads train for GPU-hours on millions of tokens, these for minutes on a "
+           "2-core CPU on a few hundred thousand. **Try it** grows an EAGLE-2 tree from the shipped head.",
+           "acceptance", "eagle2-head-chat.json"),
 ]
 
 
