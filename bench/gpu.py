@@ -65,6 +65,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="output stem (default bench/results/gpu-<device>)")
     parser.add_argument("--arms", default=None, help="race only these arms (comma-separated keys; the graph "
                         "baseline always runs): a short follow-up on a lent GPU")
+    parser.add_argument("--deadline", type=int, default=None, help="seconds from the start by which the checks "
+                        "must end (default 540: the call's 570 s limit; less when bench.gpu_train ran first)")
+    parser.add_argument("--eagle-head", default=None, help="also race EAGLE-2 from this head folder (the one "
+                        "`python -m bench.gpu_train` trained on this GPU just before)")
     parser.add_argument("--skip", default="", help="stages to leave out, comma-separated (steps, race, hf-static)")
     args = parser.parse_args(argv)
     on_gpu = torch.cuda.is_available() and not args.dry_run
@@ -72,7 +76,7 @@ def main(argv=None) -> int:
         print("no CUDA device here: run `python -m bench.gpu --dry-run` to try the pipeline on the CPU", file=sys.stderr)
         return 2
     settings = {**(DRY if args.dry_run else FULL),
-                **{k: v for k, v in vars(args).items() if k in ("per_kind", "reps", "max_new_tokens") and v}}
+                **{k: v for k, v in vars(args).items() if k in ("per_kind", "reps", "max_new_tokens", "deadline") and v}}
     stem = Path(args.out) if args.out else RESULTS / f"gpu-{device_slug(on_gpu)}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     result = {"meta": environment(on_gpu, settings, argv), "stages": {}}
@@ -88,6 +92,7 @@ def main(argv=None) -> int:
               ("race", lambda: race(models, on_gpu, settings, save=lambda so_far: save_stage("race", so_far))),
               ("hf-static", lambda: hf_static(models["target"], result, settings))]
     settings["arms"] = args.arms.split(",") if args.arms else None
+    settings["retrained_head"] = args.eagle_head
     skipped = set(filter(None, args.skip.split(",")))
     for name, work in stages:  # the figures first: the checks get the time that is left (a call has 10 minutes)
         if name not in skipped and (name == "load" or models):
@@ -180,7 +185,8 @@ def race(models: dict, on_gpu: bool, settings: dict, save=None) -> dict:
     """Every arm on the code prompts. An arm whose warm-up raises is left out with its error (one broken path must
     not cost the others' figures on a one-shot GPU loan); `save` gets the stage so far after every run (a call
     stopped at its time limit keeps what it measured)."""
-    methods = gpu_arms.step_arms(on_gpu) + gpu_arms.speculative_arms(on_gpu) + gpu_arms.hf_arms()
+    methods = (gpu_arms.step_arms(on_gpu) + gpu_arms.speculative_arms(on_gpu, settings.get("retrained_head"))
+               + gpu_arms.hf_arms())
     if settings.get("arms"):
         methods = [m for m in methods if m.key in settings["arms"] or m.key == gpu_report.GRAPH_BASELINE]
     prompts = load_prompts(settings["per_kind"], ["code-writing", "code-editing"])

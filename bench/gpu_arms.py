@@ -41,9 +41,12 @@ def step_arms(on_gpu: bool) -> list[Method]:
             ours("ours/baseline-fixed", "baseline · fixed buffers, eager", "baseline", kv_cache="fixed")]
 
 
-def speculative_arms(on_gpu: bool) -> list[Method]:
-    """The speculative methods with the fast path, against the graph baseline (greedy, code prompts)."""
+def speculative_arms(on_gpu: bool, retrained_head: str | None = None) -> list[Method]:
+    """The speculative methods with the fast path, against the graph baseline (greedy, code prompts); with
+    `retrained_head` (a folder bench/gpu_train.py wrote) EAGLE-2 cost-aware once more from that head."""
     fast, head = fast_path(on_gpu), dict(eagle_head="auto")
+    retrained = [ours("ours/eagle2-cost-retrained", "EAGLE-2 · head retrained on this GPU · cost-aware", "eagle2",
+                      eagle_head=retrained_head, **TREE_BOUNDS, **CONTROLLED, **fast)] if retrained_head else []
     return [
         ours("ours/prompt-lookup", "prompt lookup γ=10", "prompt-lookup", gamma=10, **fast),
         ours("ours/prompt-lookup-cost", "prompt lookup · cost-aware cap", "prompt-lookup", **CONTROLLED, **fast),
@@ -53,7 +56,7 @@ def speculative_arms(on_gpu: bool) -> list[Method]:
         ours("ours/ddd-paper", "DDD · head · M59 (paper)", "ddd", **head, **PAPER_DDD, **fast),
         ours("ours/early-exit", "early exit · AdaEDL", "early-exit", rule="adaedl", **fast),
         ours("ours/prophet", "prophet · AdaEDL", "prophet", rule="adaedl", **fast),
-    ]
+    ] + retrained
 
 
 # transformers' own generate: the DynamicCache (bench/peers.py), and its static cache, which on CUDA transformers

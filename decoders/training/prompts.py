@@ -106,3 +106,32 @@ def reply_prompts(heldout_chat: int = 48, heldout_code: int = 16, code_every: in
         if extra is not None:
             train.append(extra)
     return train, chat_held + code_held
+
+
+# ---------------------------------------------------------------------------------------------- a prompt file
+
+def write_prompt_file(path: Path, train: list[Prompt], held: list[Prompt], max_train: int = 0) -> int:
+    """The prompts as JSON lines ({"key", "split", "messages"}), for a machine without the datasets (a lent GPU:
+    bench/gpu_ship.py carries the file): every held-out prompt, then the first `max_train` training ones (0: all).
+    Returns the lines written."""
+    import json
+
+    chosen = held + (train[:max_train] if max_train else train)
+    with open(path, "w", encoding="utf-8") as handle:
+        for prompt in chosen:
+            handle.write(json.dumps({"key": prompt.key, "split": prompt.split, "messages": list(prompt.messages)},
+                                    ensure_ascii=False) + "\n")
+    return len(chosen)
+
+
+def read_prompt_file(path: Path) -> tuple[list[Prompt], list[Prompt]]:
+    """(train, held-out) from write_prompt_file's JSON lines, in the file's order."""
+    import json
+
+    prompts = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                prompts.append(Prompt(row["key"], row["split"], tuple(row["messages"])))
+    return [p for p in prompts if p.split == "train"], [p for p in prompts if p.split == "heldout"]

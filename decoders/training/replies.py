@@ -192,16 +192,18 @@ def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
 
 def write_replies(model, tokenizer, prompts: list[Prompt], store: ReplyStore, split: str, token_budget: int,
                   batch: int, max_new: int, max_prompt: int, stems: list[int],
-                  progress: Callable[[int], None] | None = None, meta: dict | None = None) -> int:
+                  progress: Callable[[int], None] | None = None, meta: dict | None = None,
+                  until: float | None = None) -> int:
     """Answers the prompts of `split` not yet in the store, batch after batch, until the split holds token_budget
-    tokens (0: every prompt). Prompts over max_prompt tokens are skipped. Returns the tokens written now."""
+    tokens (0: every prompt) or time.monotonic() passes `until` (checked between batches: a batch is never cut).
+    Prompts over max_prompt tokens are skipped. Returns the tokens written now."""
     eos = _eos(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     done, written = store.done_keys(), 0
     todo = (p for p in prompts if p.split == split and p.key not in done)
     encoded = ((p.key, ids) for p, ids in ((p, encode_prompt(tokenizer, list(p.messages))) for p in todo)
                if len(ids) <= max_prompt)
-    while not token_budget or store.tokens(split) < token_budget:
+    while (not token_budget or store.tokens(split) < token_budget) and (until is None or time.monotonic() < until):
         pool = [item for _, item in zip(range(batch), encoded)]
         if not pool:
             break
