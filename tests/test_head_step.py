@@ -20,7 +20,7 @@ from test_graphs import emulated_graphs, gpu_pair  # noqa: F401  (fixtures)
 from decoders import DecodeOptions, generate
 from decoders.drafters.device_tree import grow_on_device
 from decoders.drafters.head_step import HeadSteps, full_vocab
-from decoders.drafters.tree_draft import TreeShape, draft_log_probs
+from decoders.drafters.tree_draft import TreeShape, draft_log_probs, grow
 from decoders.runtime import cache as kv
 from decoders.sampling import Warp
 
@@ -97,6 +97,26 @@ def test_a_level_step_reads_and_uploads_nothing(head):
     grow_on_device(root_logq, expand, shape, shape.steps)
     counts = counter.take()
     assert (reads(counts), reads(counts, kind="upload")) == (0, 0), counts
+
+
+@pytest.mark.parametrize("shape", [SHAPES["ddd"], TreeShape.static()], ids=["ddd", "static"])
+def test_a_round_of_level_steps_creates_no_tensor_off_the_heads_device(head, shape):
+    """tests/test_buffers.py's CPU guard: inside torch.device("meta") a tensor made without device= lands on the meta
+    device and mixing it with the head's raises, as it would fail on a GPU."""
+    want, got = HeadSteps(head, 64), HeadSteps(head, 64)
+    root_hidden, root_logq = _context(head, [want.cache, got.cache])
+    grown = []
+    for steps, place in ((want, None), (got, "meta")):
+        last = [root_hidden[None]]
+
+        def expand(frontier):
+            last[0], logq = steps.step(frontier, last[0], Warp(0.0))
+            return logq
+
+        with torch.device(place) if place else torch.device("cpu"):
+            growth = grow(root_logq, expand, shape, shape.steps)
+        grown.append(torch.cat(growth.tokens))
+    assert torch.equal(*grown)
 
 
 def test_a_growable_buffer_doubles_and_keeps_the_committed_pairs(head):
