@@ -222,3 +222,16 @@ def test_an_eagle_head_run_with_graphs_replays_the_levels_and_decodes_the_baseli
         trace = generate(options_for(name, gpu_pair, cuda_graphs=True), prompt, target=gpu_pair["target"])
         assert trace.output_ids == baseline.output_ids, name
         assert trace.runtime["draft"]["graph"] > 0, trace.runtime
+
+
+def test_observe_keeps_the_accepted_rows_as_views_of_the_verifiers_features(head):
+    """A list index copies the list to the device (an upload the counter does not see); rows taken by int are
+    views, and the next catch-up gathers them on the device."""
+    from decoders.drafters import EagleTreeDrafter
+
+    drafter = EagleTreeDrafter(head, SHAPES["eagle2"])
+    features = torch.randn(6, head.config.hidden_size)  # (N+1, d) from the verifying forward
+    drafter.observe(10, 2, path=[2, 5, 1], features=features)
+    assert [torch.equal(row, features[i]) for row, i in zip(drafter.known, (0, 2, 5))] == [True] * 3
+    assert len(drafter.known) == 3
+    assert all(row.untyped_storage().data_ptr() == features.untyped_storage().data_ptr() for row in drafter.known)

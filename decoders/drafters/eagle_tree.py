@@ -48,9 +48,8 @@ class EagleTreeDrafter(Drafter):
 
     def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
         """Keep the real features of the root and the accepted nodes: positions n_before - 1 onwards."""
-        if features is not None:
-            rows = [0] + list(path or [])[:n_accepted]
-            self.known.extend(features[rows])  # (n_accepted + 1, d) as rows
+        if features is not None:  # rows by int: views, where a list index would copy the list to the device
+            self.known.extend(features[row] for row in [0] + list(path or [])[:n_accepted])  # (d,) each
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         self._catch_up(ids)
