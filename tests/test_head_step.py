@@ -83,6 +83,23 @@ def test_each_level_step_gives_the_replaced_steps_outputs(head, name, temperatur
     assert levels[-1][1] == sum(size for size, _ in levels[:-1])  # fed: every earlier level's slots
 
 
+def test_feeding_committed_pairs_gives_the_dynamic_caches_outputs(head):
+    """The catch-up at one shape per count over the whole buffer: the outputs of the head's causal forward appended
+    to a DynamicCache, and the pairs counted valid."""
+    dynamic, steps = kv.new_cache(head), HeadSteps(head, 64)
+    _context(head, [dynamic, steps.cache])
+    torch.manual_seed(2)
+    for n in (1, 4, 1, 3):
+        tokens = torch.randint(1, head.config.vocab_size, (n,))  # (n,)
+        feats = torch.randn(n, head.config.hidden_size)  # (n, d)
+        with torch.inference_mode():
+            want_hidden, want_logits = head(tokens[None], feats[None], cache=dynamic)  # (1, n, d), (1, n, V)
+        hidden, logits = steps.feed(tokens, feats)  # (d,), (V,)
+        torch.testing.assert_close(hidden, want_hidden[0, -1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(logits, want_logits[0, -1], rtol=1e-5, atol=1e-5)
+        assert steps.length == kv.length(dynamic)
+
+
 def test_a_level_step_reads_and_uploads_nothing(head):
     shape = SHAPES["ddd"]
     steps = HeadSteps(head, 64)
@@ -199,6 +216,11 @@ def test_replayed_level_graphs_give_the_eager_steps_outputs(name):
     shape = SHAPES[name]
     captured, eager = HeadSteps(head, 256, graphs=True), HeadSteps(head, 256)
     root_hidden, root_logq = _context(head, [captured.cache, eager.cache])
+    for round_ in range(3):  # the catch-up of two pairs: eager, then captured and replayed
+        device = next(head.parameters()).device
+        tokens, feats = torch.tensor([3 + round_, 5]).to(device), torch.randn(2, head.config.hidden_size).to(device)
+        for got, want in zip(captured.feed(tokens, feats), eager.feed(tokens, feats)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     for round_ in range(3):  # round 0 eager (first use), round 1 captures and replays, round 2 replays
         last = [root_hidden[None]] * 2
 
@@ -211,7 +233,7 @@ def test_replayed_level_graphs_give_the_eager_steps_outputs(name):
             return want_logq
 
         grow_on_device(root_logq, expand, shape, shape.steps)
-    assert captured.counts["graph"] == 2 * (shape.steps - 1) and captured.summary()["captured"]
+    assert captured.counts["graph"] == 2 + 2 * (shape.steps - 1) and captured.summary()["captured"]
 
 
 @needs_cuda

@@ -77,12 +77,11 @@ class EagleTreeDrafter(Drafter):
         if n <= 0:
             return
         self.steps.make_room(fed + n + growth_width(self.shape))
-        feats = torch.stack(self.known[:n]).to(self.device)[None]  # (1, n, d)
+        feats = torch.stack(self.known[:n]).to(self.device)  # (n, d)
         # the committed tokens: the one upload a round (acceptance is decided on the host, decoders/verify.py)
-        tokens = torch.tensor([ids[fed + 1: fed + 1 + n]], device=self.device)  # (1, n)
-        hidden, logits = self.head(tokens, feats, cache=self.steps.cache)  # (1, n, d), (1, n, V|N)
+        tokens = torch.tensor(ids[fed + 1: fed + 1 + n], device=self.device)  # (n,)
+        self.root_hidden, self.root_logits = self.steps.feed(tokens, feats)  # (d,), (V|N,)
         self.known = self.known[n:]
-        self.root_hidden, self.root_logits = hidden[0, -1], logits[0, -1]  # (d,), (V|N,)
 
     def kv_peak_bytes(self) -> int:
         return self.peak_bytes

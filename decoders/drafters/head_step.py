@@ -85,20 +85,41 @@ class HeadSteps:
         level.tokens.copy_(frontier.tokens)
         torch.index_select(previous, 0, frontier.rows, out=level.features)
         level.seen.copy_(frontier.seen)
-        level.uses += 1
         self.widths.add(frontier.size)
-        if not (self.graphs and level.uses > 1):  # a shape seen once (a budget-cut round) is not worth a capture
+        return self._call(level, lambda: self._run(level, frontier.depth, warp))
+
+    @torch.inference_mode()
+    def feed(self, tokens: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The committed pairs (tokens (n,), features (n, d)) after the valid prefix, causally, at one shape per n
+        (a round's catch-up is 1 .. D + 1 pairs), counted valid after. -> the last pair's guessed feature (d,) and
+        logits (V|N,): the root's, kept by the drafter past later replays (so copied)."""
+        n = tokens.shape[0]
+        if self.length + n > self.cache.capacity:
+            raise BufferFull(f"{n} committed pairs would pass the head's buffer of {self.cache.capacity} slots")
+        key = ("feed", n)
+        level = self.levels.get(key) or self._new_level(key, features)
+        self.start.fill_(self.length)
+        level.tokens.copy_(tokens)
+        level.features.copy_(features)
+        hidden, logits = self._call(level, lambda: self._run_feed(level))
+        self.cache.advance(n)  # written at fixed slots, counted here: a replay runs no Python
+        return hidden.clone(), logits.clone()
+
+    def _call(self, level: _Level, run) -> tuple[torch.Tensor, torch.Tensor]:
+        """run() eagerly, or its graph: captured at the shape's second use (a shape seen once, such as the prompt's
+        catch-up or a budget-cut round's level, is not worth a capture) and replayed after."""
+        level.uses += 1
+        if not (self.graphs and level.uses > 1):
             self.counts["eager"] += 1
-            return self._run(level, frontier.depth, warp)
+            return run()
         if level.graph is None:
-            level.graph, level.outputs, self.pool = graphs.capture(lambda: self._run(level, frontier.depth, warp),
-                                                                   self.pool)
+            level.graph, level.outputs, self.pool = graphs.capture(run, self.pool)
         level.graph.replay()
         self.counts["graph"] += 1
         return level.outputs
 
     def _new_level(self, key: tuple, previous: torch.Tensor) -> _Level:
-        _, size, fed, _ = key
+        size, fed = (key[1], 0) if key[0] == "feed" else key[1:3]
         device = previous.device
         level = _Level(torch.zeros(size, dtype=torch.long, device=device),
                        torch.zeros(size, previous.shape[-1], dtype=previous.dtype, device=device),
@@ -115,6 +136,19 @@ class HeadSteps:
             hidden, logits = head(level.tokens[None], level.features[None], position_ids=positions, cache=self.cache,
                                   attention_mask=mask)  # (1, F, d), (1, F, V|N)
         return hidden[0], full_vocab(head, draft_log_probs(logits[0], warp))  # (F, d), (F, V)
+
+    def _run_feed(self, level: _Level) -> tuple[torch.Tensor, torch.Tensor]:
+        head, n = self.head, level.tokens.shape[0]
+        relative = torch.arange(self.cache.capacity, device=self.start.device) - self.start  # (S,)
+        rows = torch.arange(n, device=self.start.device)  # (n,)
+        allowed = relative[None, :] <= rows[:, None]  # (n, S): the committed slots and the pairs up to itself
+        dtype = level.features.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed,
+                                                                                          torch.finfo(dtype).min)
+        with self.cache.fixed_write(self.start + rows, 0):  # counted by the caller (cache.advance)
+            hidden, logits = head(level.tokens[None], level.features[None], position_ids=(self.start + rows)[None],
+                                  cache=self.cache, attention_mask=mask[None, None])  # (1, n, d), (1, n, V|N)
+        return hidden[0, -1], logits[0, -1]  # (d,), (V|N,)
 
     @torch.inference_mode()  # the buffers were made under inference mode
     def make_room(self, slots: int) -> None:
@@ -139,7 +173,8 @@ class HeadSteps:
     def summary(self) -> dict:
         """The trace's runtime["draft"] (Trace.runtime): how the head's level steps ran."""
         return {"kv_cache": "fixed", "capacity": self.cache.capacity, **self.counts, "widths": sorted(self.widths),
-                "captured": sorted({key[1] for key, level in self.levels.items() if level.graph is not None})}
+                "captured": sorted({key[1] for key, level in self.levels.items()
+                                    if level.graph is not None and key[0] != "feed"})}
 
 
 def level_inputs(start: torch.Tensor, seen: torch.Tensor, depth: int, capacity: int, dtype: torch.dtype):
