@@ -188,11 +188,13 @@ def test_kept_steps_are_leased_again_and_the_head_is_freed_once_nobody_holds_it(
         last[0], logq = steps.step(frontier, last[0], Warp(0.0))
         return logq
 
+    steps.feed(torch.tensor([4, 5, 6]), torch.randn(3, head.config.hidden_size))  # a shape used once: no graph
     for _ in range(2):  # the second round captures
         grow_on_device(root_logq, expand, SHAPES["eagle2"], 3)
-    assert any(level.graph is not None for level in steps.levels.values())
+    assert any(level.graph is not None for level in steps.levels.values()) and ("feed", 3) in steps.levels
     give_back(steps)
     assert lease_steps(head, 64) is steps and steps.length == 0  # given back: the next run's, emptied
+    assert steps.levels and all(level.graph is not None for level in steps.levels.values())  # graphs kept only
     give_back(steps)
     gone = weakref.ref(head)
     del head, steps, last, expand

@@ -168,7 +168,10 @@ class HeadSteps:
             new.length = layer.length
 
     def reset(self) -> None:
+        """A run ended: its pairs are void; shapes without a graph (a prompt's catch-up, eager runs) are let go, so
+        kept steps do not collect one input buffer per prompt length."""
         self.cache.reset()
+        self.levels = {key: level for key, level in self.levels.items() if level.graph is not None}
 
     def summary(self) -> dict:
         """The trace's runtime["draft"] (Trace.runtime): how the head's level steps ran."""
