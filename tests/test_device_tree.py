@@ -1,4 +1,5 @@
-"""The on-device EAGLE-2 / DDD engine (decoders/drafters/device_tree.py) against the host engine it replaced.
+"""The on-device EAGLE-2 / DDD engine (decoders/drafters/device_tree.py) and EAGLE-1 static tree
+(decoders/drafters/static_tree.py) against the host engines they replaced.
 
 `host_grow` below is the host engine as it stood before issue 46 (Python lists, one node at a time): the oracle. On
 synthetic drafts with many exact ties (integer logits), over EAGLE-2 and DDD shapes, depth limits and threshold
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from decoders.drafters.device_tree import read
-from decoders.drafters.tree_draft import PoolNode, TreeShape, build_tree, grow, rerank
+from decoders.drafters.tree_draft import STATIC_TREE, PoolNode, TreeShape, build_tree, grow, rerank
 
 V = 12
 
@@ -109,6 +110,62 @@ def _check_frontiers(fed, pool):
                 assert int(frontier.rows[row]) == expected_row
         slots += ids
         previous = ids
+
+
+def host_grow_static(root_logq, expand, paths, max_depth):
+    """tree_draft.grow_static before issue 46 (Python lists, one read a depth): pool, frontiers, steps, stop."""
+    pool, frontiers, node_of, steps = [], [], {}, 0
+    depth_cap = min(max(len(p) for p in paths), max_depth)
+    for depth in range(1, depth_cap + 1):
+        level = [p for p in paths if len(p) == depth]
+        if depth == 1:
+            rows, logq = {(): 0}, root_logq[None]  # (1, V)
+        else:
+            parents = list(dict.fromkeys(node_of[p[:-1]] for p in level))  # pool ids, first-listed first
+            logq = expand([pool[i].token for i in parents], depth - 1)  # (F, V)
+            rows = {path: parents.index(i) for path, i in node_of.items() if i in parents}
+        ranked = torch.topk(logq, max(p[-1] for p in level) + 1, dim=-1)
+        values, tokens = ranked.values.double().tolist(), ranked.indices.tolist()
+        for path in level:
+            row, parent = rows[path[:-1]], node_of.get(path[:-1], -1)
+            base = pool[parent].log_value if parent >= 0 else 0.0
+            log_q = values[row][path[-1]]
+            pool.append(PoolNode(parent, tokens[row][path[-1]], base + log_q, log_q, depth, depth))
+            node_of[path] = len(pool) - 1
+        frontiers.append([node_of[p] for p in level])
+        steps = depth
+    return pool, frontiers, steps, "depth" if depth_cap == max(len(p) for p in paths) else "budget"
+
+
+STATIC_PATHS = [STATIC_TREE, ((0,), (1,), (2,), (0, 0), (1, 0), (0, 1), (2, 0), (0, 0, 0)), ((0,), (0, 0), (0, 0, 0)),
+                ((0,), (1,), (2,), (3,), (4,), (4, 0), (0, 1), (0, 0), (4, 0, 2), (0, 1, 3), (4, 0, 2, 0))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_static_tree_on_the_device_equals_the_host_engine(seed):
+    """EAGLE-1's tree: same pool (values to the bit), frontiers, steps, stop, chosen set and tree, and every fed
+    frontier's ancestor slots and parent rows as the tree says; one read (device_tree.read) a round."""
+    root, table = _draft(seed)
+    for paths, max_depth in itertools.product(STATIC_PATHS, (1, 2, 3, 64)):
+        shape, fed = TreeShape.static(paths), []
+
+        def expand(frontier):
+            fed.append(frontier)
+            return table(frontier.tokens, frontier.depth)
+
+        grown = grow(root, expand, shape, max_depth)
+        pool, frontiers, steps, stop = host_grow_static(root, table, paths, max_depth)
+        done = read(grown, 99, shape.m, record=True)
+        case = (seed, paths, max_depth)
+        assert [(p["token"], p["parent"], p["depth"], p["step"]) for p in done.pool] == \
+               [(n.token, n.parent, n.depth, n.step) for n in pool], case
+        assert [p["value"] for p in done.pool] == [math.exp(n.log_value) for n in pool], case  # bit for bit
+        assert (done.frontiers, done.steps, done.stop, grown.forwards) == (frontiers, steps, stop, len(fed) + 1)
+        chosen = rerank(pool, shape.m)
+        tree = build_tree(99, pool, chosen)
+        assert done.chosen == chosen == list(range(len(pool))), case  # a static tree sends every node grown
+        assert (done.tree.tokens, done.tree.parents, done.tree.q_token) == (tree.tokens, tree.parents, tree.q_token)
+        _check_frontiers(fed, pool)
 
 
 def test_the_mask_lets_each_node_see_the_context_its_ancestors_and_itself():

@@ -5,18 +5,25 @@ its guess of f_{i+1}, with logits for t_{i+2}. Committed pairs use the target's 
 over from the same forward that verified the tree (observe(features=...)): no second target forward. Inside a
 draft tree a node's pair is (its parent's guessed feature, its token), so one head forward over the frontier, with a
 tree mask over the head's own cache, expands the whole frontier: the same engine as the draft-model tree
-(tree_draft.grow), only the scorer differs.
+(tree_draft.grow), only the scorer differs. The head's cache is one fixed buffer and each level's forward has a
+fixed shape, replayed as a CUDA graph with cuda_graphs (decoders/drafters/head_step.py).
 """
 from __future__ import annotations
 
 import torch
 
-from ..runtime import cache as kv
 from ..eagle.head import EagleHead
+from ..runtime.buffers import KVPlan
+from ..runtime.graphs import give_back
+from ..tree import DraftTree
 from .base import Drafter, DraftStop, Proposal
 from .device_tree import Frontier
+from .head_step import HeadSteps, full_vocab, lease_steps
 from .tree_draft import TreeShape, draft_log_probs, grow, growth_width, pricing_test, tree_proposal
-from ..tree import DraftTree
+
+
+# Slots of a head buffer that no run plan sized (a drafter built by hand): it doubles when the context outgrows it.
+FIRST_CAPACITY = 256
 
 
 class EagleTreeDrafter(Drafter):
@@ -27,8 +34,8 @@ class EagleTreeDrafter(Drafter):
         self.shape = shape
         self.name = name
         self.device = next(head.parameters()).device
-        self.capacity: int | None = None  # slots of a static buffer (use_kv); None: a DynamicCache
-        self.cache = kv.new_cache(head)
+        self.plan = None  # the run's KVPlan (use_kv); None: a growable buffer
+        self.steps = HeadSteps(head, FIRST_CAPACITY, growable=True)  # the head's KV buffer and level steps
         self.peak_bytes = 0
         self.known: list[torch.Tensor] = []  # real target features (d,) for positions fed .. fed + len - 1
         self.root_hidden: torch.Tensor | None = None  # (d,) the head's guess of the pending token's feature
@@ -41,9 +48,8 @@ class EagleTreeDrafter(Drafter):
 
     def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
         """Keep the real features of the root and the accepted nodes: positions n_before - 1 onwards."""
-        if features is not None:
-            rows = [0] + list(path or [])[:n_accepted]
-            self.known.extend(features[rows])  # (n_accepted + 1, d) as rows
+        if features is not None:  # rows by int: views, where a list index would copy the list to the device
+            self.known.extend(features[row] for row in [0] + list(path or [])[:n_accepted])  # (d,) each
 
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         self._catch_up(ids)
@@ -51,61 +57,56 @@ class EagleTreeDrafter(Drafter):
             return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.NONE)
         if limit <= 0:
             return Proposal(DraftTree.root_only(ids[-1]), reason=DraftStop.BUDGET)
-        context = kv.length(self.cache)  # committed pairs; draft pairs go after them and are dropped after
-        last = [self.root_hidden[None]]  # (rows, d) the previous forward's guessed features (first: the root's)
+        self.steps.make_room(self.steps.length + growth_width(self.shape))
+        last = [self.root_hidden[None]]  # (rows, d) the previous step's guessed features (first: the root's)
 
         def expand(frontier: Frontier) -> torch.Tensor:
-            # each node's pair: (its parent's guessed feature, its token); the root's children read the root's guess
-            feats = last[0][frontier.rows]  # (F, d)
-            hidden, logits = self._frontier_forward(frontier, feats[None], context)  # (F, d), (F, V|N)
-            last[0] = hidden
-            return self._full_vocab(draft_log_probs(logits, warp))  # (F, V)
+            last[0], logq = self.steps.step(frontier, last[0], warp)  # (F, d), (F, V)
+            return logq
 
-        growth = grow(self._full_vocab(draft_log_probs(self.root_logits, warp)), expand, self.shape, limit,
+        growth = grow(full_vocab(self.head, draft_log_probs(self.root_logits, warp)), expand, self.shape, limit,
                       pricing_test(rule))
-        self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.cache))  # the whole tree's pairs are cached now
-        kv.drop_last(self.cache, kv.length(self.cache) - context)  # keep committed pairs only
+        self.peak_bytes = max(self.peak_bytes, self.steps.cache.held_bytes())
         return tree_proposal(self.name, ids[-1], growth, self.shape.m, record, rule)
 
     @torch.inference_mode()
     def _catch_up(self, ids: list[int]) -> None:
         """Feed every committed pair (f_i, t_{i+1}) whose feature is known; the last output is the root's."""
-        fed = kv.length(self.cache)
+        fed = self.steps.length
         n = min(len(self.known), len(ids) - 1 - fed)  # pairs up to i = len(ids) - 2 (t_{i+1} = the pending token)
         if n <= 0:
             return
-        feats = torch.stack(self.known[:n]).to(self.device)[None]  # (1, n, d)
-        tokens = torch.tensor([ids[fed + 1: fed + 1 + n]], device=self.device)  # (1, n)
-        hidden, logits = self.head(tokens, feats, cache=self.cache)  # (1, n, d), (1, n, V|N)
+        self.steps.make_room(fed + n + growth_width(self.shape))
+        feats = torch.stack(self.known[:n]).to(self.device)  # (n, d)
+        # the committed tokens: the one upload a round (acceptance is decided on the host, decoders/verify.py)
+        tokens = torch.tensor(ids[fed + 1: fed + 1 + n], device=self.device)  # (n,)
+        self.root_hidden, self.root_logits = self.steps.feed(tokens, feats)  # (d,), (V|N,)
         self.known = self.known[n:]
-        self.root_hidden, self.root_logits = hidden[0, -1], logits[0, -1]  # (d,), (V|N,)
-
-    @torch.inference_mode()
-    def _frontier_forward(self, frontier: Frontier, feats: torch.Tensor, context: int):
-        """One head forward over the frontier; each pair sees the committed pairs and its ancestors' pairs."""
-        mask = frontier.mask(context, feats.dtype)  # (F, L+F), L = context + the slots fed this round
-        positions = torch.full((1, frontier.size), context - 1 + frontier.depth, device=self.device)  # (1, F)
-        hidden, logits = self.head(frontier.tokens[None], feats, position_ids=positions, cache=self.cache,
-                                   attention_mask=mask[None, None])  # (1, F, d), (1, F, V|N)
-        return hidden[0], logits[0]  # (F, d), (F, V|N)
-
-    def _full_vocab(self, logq: torch.Tensor) -> torch.Tensor:
-        """Reduced-vocabulary log-probs (…, N) scattered to target ids (…, V), -inf elsewhere."""
-        if self.head.vocab_ids is None:
-            return logq
-        full = torch.full((*logq.shape[:-1], self.head.config.vocab_size), -torch.inf, dtype=logq.dtype,
-                          device=logq.device)  # (…, V)
-        full[..., self.head.vocab_ids] = logq
-        return full
 
     def kv_peak_bytes(self) -> int:
         return self.peak_bytes
 
     def use_kv(self, plan) -> None:
-        """A static plan gives the head a buffer too, read as views (its forwards run by hand, eagerly)."""
-        self.capacity = plan.capacity(growth_width(self.shape)) if plan.static else None
-        self.cache = kv.new_cache(self.head, self.capacity)
+        """The run's plan sizes the head's buffer once (its committed tokens and a round's frontiers); with graphs
+        the head's kept buffer and captured level steps are leased (head_step.lease_steps)."""
+        self.plan = plan
+        self._new_steps(plan.graphs)
+
+    def _new_steps(self, graphs: bool) -> None:
+        if self.plan is None or not self.plan.committed:
+            self.steps = HeadSteps(self.head, FIRST_CAPACITY, growable=True)
+            return
+        room = growth_width(self.shape)
+        capacity = KVPlan("static", self.plan.committed, graphs=graphs).capacity(room)  # graphs: a power of two
+        self.steps = lease_steps(self.head, capacity) if graphs else HeadSteps(self.head, capacity)
+
+    def runtime(self) -> dict:
+        return {"draft": self.steps.summary()}
 
     def close(self) -> None:
-        self.cache = kv.new_cache(self.head, self.capacity)
+        if self.steps.leased:  # the buffer and graphs go back to the head's kept ones; go on eagerly if used again
+            give_back(self.steps)
+            self._new_steps(graphs=False)
+        else:
+            self.steps.reset()
         self.known, self.root_hidden, self.root_logits = [], None, None

@@ -16,9 +16,8 @@ rejection sampling with point-mass proposals, lossless at any temperature (decod
 """
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,6 +30,7 @@ from ..sampling import Warp, raw_probs
 from ..tree import DraftTree, Flavor
 from .base import Drafter, DraftStop, Proposal, ReadsPrompt
 from .device_tree import DeviceGrowth, Frontier, grow_on_device, read
+from .static_tree import grow_static
 
 # EAGLE-1 / Medusa style static tree: each path lists, per depth, the rank of the draft's candidate to take (0 = its
 # most likely token). Top-heavy like the trees those papers use: wide near the root, one deep chain of top-1 picks.
@@ -94,82 +94,16 @@ class PoolNode:
     step: int
 
 
-@dataclass
-class Growth:
-    pool: list[PoolNode] = field(default_factory=list)
-    frontiers: list[list[int]] = field(default_factory=list)
-    ddd: list[dict] = field(default_factory=list)
-    steps: int = 0
-    stop: str = "depth"
-    forwards: int = 0
-
-
 def grow(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.Tensor], shape: TreeShape, max_depth: int,
-         keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> Growth | DeviceGrowth:
+         keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> DeviceGrowth:
     """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier) -> (F, V)
     log-probs after each frontier node (one draft forward); keep_growing(frontier values, pool values best first,
     forwards so far) can end growth before a step (the draft controller: when the frontier cannot pay for another
-    step). A dynamic tree grows on the device (decoders/drafters/device_tree.py), a static one on the host."""
+    step). Both grow on the device: a dynamic tree by decoders/drafters/device_tree.py, a static one (which never
+    prices a step) by decoders/drafters/static_tree.py."""
     if shape.paths:
         return grow_static(root_logq, expand, shape.paths, max_depth)
     return grow_on_device(root_logq, expand, shape, max_depth, keep_growing)
-
-
-def grow_static(root_logq: torch.Tensor, expand, paths: tuple[tuple[int, ...], ...], max_depth: int) -> Growth:
-    """EAGLE-1's static tree: depth by depth, each listed path takes its parent's candidate of the listed rank.
-    One draft forward per depth over the nodes that have children; paths deeper than max_depth are left out."""
-    growth = Growth(forwards=1)
-    node_of: dict[tuple[int, ...], int] = {}
-    slots: dict[int, int] = {}  # pool id -> its draft slot (feeding order)
-    fed_before: list[int] = []  # the previous forward's nodes, in row order
-    depth_cap = min(max(len(p) for p in paths), max_depth)
-    for depth in range(1, depth_cap + 1):
-        level = [p for p in paths if len(p) == depth]
-        if depth == 1:
-            rows, logq = {(): 0}, root_logq[None]  # (1, V)
-        else:
-            parents = list(dict.fromkeys(node_of[p[:-1]] for p in level))  # pool ids, first-listed first
-            logq = expand(_static_frontier(parents, growth.pool, fed_before, slots, root_logq.device))  # (F, V)
-            slots.update({pool_id: slot for slot, pool_id in enumerate(parents, start=len(slots))})
-            fed_before = parents
-            growth.forwards += 1
-            rows = {path: parents.index(pool_id) for path, pool_id in node_of.items() if pool_id in parents}
-        ranked = torch.topk(logq, max(p[-1] for p in level) + 1, dim=-1)  # values, indices: (F, R)
-        values, tokens = _level_read(ranked)  # (F, R) lists: one read a level, not two a node
-        for path in level:
-            row = rows[path[:-1]]
-            log_q, token = values[row][path[-1]], tokens[row][path[-1]]
-            parent = node_of.get(path[:-1], -1)
-            base = growth.pool[parent].log_value if parent >= 0 else 0.0
-            growth.pool.append(PoolNode(parent=parent, token=token, log_value=base + log_q, log_q=log_q, depth=depth,
-                                        step=depth))
-            node_of[path] = len(growth.pool) - 1
-        growth.frontiers.append([node_of[p] for p in level])
-        growth.steps = depth
-    growth.stop = "depth" if depth_cap == max(len(p) for p in paths) else "budget"
-    return growth
-
-
-def _level_read(ranked) -> tuple[list[list[float]], list[list[int]]]:
-    """A level's ranked candidates on the host: log q (as the doubles float() made) and token ids, (F, R) each."""
-    rows = ranked.values.shape[0]
-    host = torch.cat([ranked.values.double(), ranked.indices.double()]).cpu().tolist()  # (2F, R)
-    return host[:rows], [[int(t) for t in row] for row in host[rows:]]
-
-
-def _static_frontier(parents: list[int], pool: list[PoolNode], fed_before: list[int], slots: dict[int, int],
-                     device: torch.device) -> Frontier:
-    """A static tree's nodes to expand as a Frontier (built on the host: the static tree is not the device path)."""
-    seen = torch.zeros(len(parents), len(slots), dtype=torch.bool)  # (F, fed)
-    for row, pool_id in enumerate(parents):
-        ancestor = pool[pool_id].parent
-        while ancestor != -1:
-            seen[row, slots[ancestor]] = True
-            ancestor = pool[ancestor].parent
-    rows = [fed_before.index(pool[i].parent) if pool[i].parent >= 0 else 0 for i in parents]  # 0: the root's row
-    as_tensor = functools.partial(torch.tensor, device=device)
-    return Frontier(as_tensor(parents), as_tensor([pool[i].token for i in parents]), as_tensor(rows),
-                    seen.to(device), pool[parents[0]].depth, len(slots))
 
 
 def rerank(pool: list[PoolNode], m: int) -> list[int]:
@@ -193,27 +127,16 @@ def build_tree(pending: int, pool: list[PoolNode], chosen: list[int]) -> DraftTr
     return tree
 
 
-def tree_proposal(method: str, pending: int, growth: Growth | DeviceGrowth, m: int, record: bool,
-                  rule=None) -> Proposal:
+def tree_proposal(method: str, pending: int, growth: DeviceGrowth, m: int, record: bool, rule=None) -> Proposal:
     """The grown pool reranked to its best m nodes (ancestor-closed) as the tree sent to the target; the search
     itself goes into the trace when recording. A rule may send fewer (DraftRule.tree_size: the draft controller).
     DDD's and the controller's stops read as the rule's, EAGLE-2's as the size limit."""
-    if isinstance(growth, DeviceGrowth):
-        done = read(growth, pending, m, record, rule)  # reranked on the device, one host read
-        proposal = Proposal(done.tree, forwards=growth.forwards, reason=_reason(done.stop))
-        if record:
-            proposal.search = {"method": method, "flavor": Flavor.DETERMINISTIC, "steps": done.steps,
-                               "stop": done.stop, "pool": done.pool, "frontier": done.frontiers,
-                               "chosen": done.chosen, "ddd": done.ddd}
-        return proposal
-    if rule is not None:
-        values = sorted((math.exp(node.log_value) for node in growth.pool), reverse=True)
-        m = max(1, min(m, rule.tree_size(values, growth.forwards, min(m, len(values)))))
-    chosen = rerank(growth.pool, m)
-    proposal = Proposal(build_tree(pending, growth.pool, chosen), forwards=growth.forwards,
-                        reason=_reason(growth.stop))
+    done = read(growth, pending, m, record, rule)  # reranked on the device, one host read
+    proposal = Proposal(done.tree, forwards=growth.forwards, reason=_reason(done.stop))
     if record:
-        proposal.search = search_record(method, growth, chosen)
+        proposal.search = {"method": method, "flavor": Flavor.DETERMINISTIC, "steps": done.steps,
+                           "stop": done.stop, "pool": done.pool, "frontier": done.frontiers,
+                           "chosen": done.chosen, "ddd": done.ddd}
     return proposal
 
 
@@ -288,11 +211,3 @@ def growth_width(shape: TreeShape) -> int:
     """The most draft nodes one round's growth feeds the draft cache after the committed tokens: every frontier
     (at most `beam` nodes per expansion step), or a static tree's nodes."""
     return len(shape.paths) if shape.paths else shape.steps * shape.beam
-
-
-def search_record(method: str, growth: Growth, chosen: list[int]) -> dict:
-    """What the trace keeps of one round's search (schema in decoders/trace.py, RoundRecord.search)."""
-    return {"method": method, "flavor": Flavor.DETERMINISTIC, "steps": growth.steps, "stop": growth.stop,
-            "pool": [{"id": i, "parent": n.parent, "token": n.token, "value": math.exp(n.log_value),
-                      "depth": n.depth, "step": n.step} for i, n in enumerate(growth.pool)],
-            "frontier": [list(f) for f in growth.frontiers], "chosen": list(chosen), "ddd": list(growth.ddd)}

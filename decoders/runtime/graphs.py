@@ -337,33 +337,42 @@ _KEPT: "weakref.WeakKeyDictionary[nn.Module, list[FixedForward]]" = weakref.Weak
 
 
 def lease(model: nn.Module, capacity: int, buckets: tuple[int, ...], window: int | None) -> FixedForward:
-    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one. Kept ones
-    whose weights moved since their capture (`weights_of`) are dropped."""
-    now = kernels.kernels_of(model)  # a graph replays the kernels it was captured with: stock and fused kept apart
-    weights = weights_of(model)
-    kept = _KEPT.setdefault(model, [])
-    kept[:] = [forward for forward in kept if forward.leased or forward.weights == weights]
-    for forward in kept:
-        if (not forward.leased and forward.kernels == now and forward.weights == weights
-                and forward.cache.capacity == capacity and forward.buckets == tuple(buckets)):
-            break
-    else:
-        forward = FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True, window=window)
-        forward.kernels, forward.weights = now, weights
-        kept.append(forward)
-    forward.leased = True
+    """The model's kept graph-replaying FixedForward of this capacity that no runner holds, or a new one."""
+    forward = lease_kept(model, kernels.kernels_of(model), weights_of(model),
+                         lambda kept: (isinstance(kept, FixedForward) and kept.cache.capacity == capacity
+                                       and kept.buckets == tuple(buckets)),
+                         lambda: FixedForward(model, BufferCache(model.config, capacity), buckets, graphs=True,
+                                              window=window))
     forward.counts, forward.widths = {"graph": 0, "eager": 0}, set()  # this run's own figures
     forward.cache.reset()
     return forward
 
 
-def weights_of(model: nn.Module) -> int:
-    """Where the model's parameters and buffers live (addresses, dtypes, devices), hashed. A captured graph reads
+def lease_kept(model: nn.Module, kernels_now: str, weights: int, fits, make):
+    """The model's kept object with graphs (a FixedForward, an EAGLE head's level steps: anything with `leased`,
+    `kernels`, `weights` and a `cache`) that `fits` and no runner holds, or `make()`'s new one; marked leased. A
+    graph replays the kernels it was captured with (stock and fused kept apart), and kept ones whose weights moved
+    since their capture (`weights_of`) are dropped. `make` must hold the model weakly (see _KEPT)."""
+    kept = _KEPT.setdefault(model, [])
+    kept[:] = [forward for forward in kept if forward.leased or forward.weights == weights]
+    for forward in kept:
+        if not forward.leased and forward.kernels == kernels_now and forward.weights == weights and fits(forward):
+            break
+    else:
+        forward = make()
+        forward.kernels, forward.weights = kernels_now, weights
+        kept.append(forward)
+    forward.leased = True
+    return forward
+
+
+def weights_of(*models: nn.Module) -> int:
+    """Where the models' parameters and buffers live (addresses, dtypes, devices), hashed. A captured graph reads
     the addresses it was captured with and runs no Python: after a move to another device or dtype (or the first
     fuse, which makes q/k/v views of a new joined weight, decoders/runtime/fused.py) the old tensors are freed and a replay
     would read freed memory. Fusing again after `unfuse` keeps the joined views, so their graphs stay valid."""
     where = []
-    for tensor in [*model.parameters(), *model.buffers()]:
+    for tensor in [t for model in models for t in (*model.parameters(), *model.buffers())]:
         try:
             where.append((tensor.data_ptr(), tensor.dtype, str(tensor.device)))
         except RuntimeError:  # an opaque layout (oneDNN) has no address to compare: its object stands in
