@@ -20,7 +20,7 @@ from .rules import DraftRule
 from .runtime.runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
-from .verify import verify
+from .verify import verify, walk_on_device
 
 
 def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, warp: Warp, prompt_ids: list[int],
@@ -47,8 +47,10 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             # logits (N+1, V); features (N+1, H) from the same forward when the drafter wants them, else None
             logits, features = drafter.score(target, tree, drafter.wants_target_hidden)
             p = None if warp.greedy else warp.probs(logits)  # (N+1, V), None at temperature 0
-            readout = read_round(tree, logits, p, builder.record)  # the round's one device-to-host copy
-            verdict = verify(tree, logits, p, generator, readout.argmax)
+            # sampled: the rejection-sampling walk as device tensors (4N+1,), its numbers read with the copy below
+            walk = None if p is None else walk_on_device(tree, p, generator)
+            readout = read_round(tree, logits, p, builder.record, walk)  # the round's one device-to-host copy
+            verdict = verify(tree, logits, p, generator, readout)
             t_verify = clock.lap()
             # 4. commit the accepted path and the target's own token, nothing after an end-of-sequence token
             committed, hit_eos = _cut_at_eos([tree.tokens[n] for n in verdict.path] + [verdict.token], eos_ids)
