@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .clock import DecodeClock
 from .trace import TOP_LOGITS
 from .tree import DraftTree
 
@@ -40,9 +41,10 @@ class RoundReadout:
 
 @torch.inference_mode()
 def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, record: bool,
-               walk: torch.Tensor | None = None) -> RoundReadout:
+               walk: torch.Tensor | None = None, clock: DecodeClock | None = None) -> RoundReadout:
     """logits (N+1, V) raw target output; p (N+1, V) warped, None at temperature 0; walk (4N+1,) float64 the sampled
-    verification's device walk, or None. One host copy."""
+    verification's device walk, or None. One host copy, made through the run's clock when given: on CUDA the copy's
+    wait is what times the round (decoders/clock.py)."""
     rows, k = logits.shape[0], min(TOP_LOGITS, logits.shape[-1])
     values, ids = logits.float().topk(k, dim=-1)  # (N+1, k), (N+1, k)
     parts = [ids.double().flatten(), values.double().flatten()]  # token ids are exact in float64
@@ -53,7 +55,8 @@ def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, re
         parts.append(_shown(logits, p, parents, tokens).double())  # (N,)
     if walk is not None:
         parts.append(walk)  # (4N+1,) last, so its slice is the copy's tail
-    host = torch.cat(parts).cpu().tolist()  # the one device-to-host copy
+    values = torch.cat(parts)  # (2k(N+1) [+ N] [+ 4N+1],) float64
+    host = clock.read(values) if clock is not None else values.cpu().tolist()  # the one device-to-host copy
     best = [int(i) for i in host[:k * rows]]
     scores = host[k * rows:2 * k * rows]
     top = [[[best[k * r + j], scores[k * r + j]] for j in range(k)] for r in range(rows)]
