@@ -172,7 +172,9 @@ class _Layout:
     inner: list[int]  # (M,) node ids, most candidates first
     have: list[int]  # (J,) have[j] = how many inner nodes have a j-th candidate
     rows: torch.Tensor  # (M,) long on the device: the inner node ids
-    table: torch.Tensor  # (3, M, J) long: candidate node id, its token, 1 = a duplicate the walk skips
+    # (6, M, J) long, per candidate: its node id, its token, 1 = a duplicate the walk skips, its column among the
+    # node's distinct tokens; per node: its distinct tokens (padded with the first), 1 = a real one (not padding)
+    table: torch.Tensor
     parents: torch.Tensor  # (N+1,) long, the root's given as 0 (the root is always reached)
     row_of: torch.Tensor  # (N+1,) long: node -> its inner row, -1 for a leaf
     depth: int  # the deepest node's depth: how many hops the accepted path can make
@@ -181,20 +183,24 @@ class _Layout:
 def _layout(tree: DraftTree, kids: list[list[int]], device: torch.device) -> _Layout:
     inner = sorted((node for node, node_kids in enumerate(kids) if node_kids), key=lambda node: -len(kids[node]))
     width = max((len(kids[node]) for node in inner), default=0)
-    table = [[[0] * width for _ in inner] for _ in range(3)]  # (3, M, J): ids, tokens, skipped
+    table = [[[0] * width for _ in inner] for _ in range(6)]  # (6, M, J), planes as in _Layout.table
     row_of = [-1] * tree.size
     for m, node in enumerate(inner):
         row_of[node] = m
+        distinct = list(dict.fromkeys(tree.tokens[child] for child in kids[node]))
+        table[4][m] = distinct + [distinct[0]] * (width - len(distinct))
+        table[5][m] = [1] * len(distinct) + [0] * (width - len(distinct))
         for j, child in enumerate(kids[node]):
             token = tree.tokens[child]
             # a duplicate deterministic candidate carries no new mass (its point mass was rejected already)
             skipped = tree.flavor == Flavor.DETERMINISTIC and token in [tree.tokens[c] for c in kids[node][:j]]
             table[0][m][j], table[1][m][j], table[2][m][j] = child, token, int(skipped)
+            table[3][m][j] = distinct.index(token)
     flat = inner + [max(p, 0) for p in tree.parents] + row_of + [x for part in table for line in part for x in line]
     upload = torch.tensor(flat, dtype=torch.long, device=device)  # the shape's one host-to-device copy
     m, n = len(inner), tree.size
     return _Layout(inner, [sum(len(kids[node]) > j for node in inner) for j in range(width)], upload[:m],
-                   upload[m + 2 * n:].view(3, m, width), upload[m:m + n], upload[m + n:m + 2 * n],
+                   upload[m + 2 * n:].view(6, m, width), upload[m:m + n], upload[m + n:m + 2 * n],
                    max(depths(tree.parents)))
 
 
@@ -212,38 +218,64 @@ def walk_on_device(tree: DraftTree, p: torch.Tensor, generator: torch.Generator)
     r, ok, tested, prob = _test_candidates(tree.flavor, shape, tree.q_dists, p, u)
     reached = _accepted_path(shape, ok)  # (N+1,) bool
     tested &= reached.index_select(0, shape.parents)  # a test counts where the walk got to its node
-    token = _draw(_end_distribution(shape, p, r, reached), u[0])  # (1,)
+    token = _draw(_end_distribution(shape, p, r, reached, tree.flavor == Flavor.DETERMINISTIC), u[0])  # (1,)
     return torch.cat([tested[1:].double(), ok[1:].double(), prob[1:], u[1:], token.double()])  # (4N + 1,)
 
 
 def _test_candidates(flavor: str, shape: _Layout, q_dists: dict, p: torch.Tensor, u: torch.Tensor) -> tuple:
     """Every inner node's candidates tested in order against its running residual, rank by rank. Returns the
-    residuals left after each inner node's last candidate (M, V), and per node (N+1,): accepted (as the first of its
-    siblings to pass), tested (if its parent is reached), the acceptance probability."""
+    residuals left after each inner node's last candidate ((M, V), or (M, J+1) narrow for deterministic candidates,
+    see _narrow), and per node (N+1,): accepted (as the first of its siblings to pass), tested (if its parent is
+    reached), the acceptance probability."""
     ok = torch.zeros(u.shape[0], dtype=torch.bool, device=p.device)  # (N+1,)
     tested = torch.zeros_like(ok)  # (N+1,)
     prob = torch.zeros_like(u)  # (N+1,) float64
-    r = p.index_select(0, shape.rows)  # (M, V) each inner node's residual: p until a candidate is rejected
-    sampled = flavor != Flavor.DETERMINISTIC and shape.inner  # (a round without drafts has no q to stack)
-    q = torch.stack([q_dists[n] for n in shape.inner]).to(r) if sampled else None  # (M, V)
+    point = flavor == Flavor.DETERMINISTIC
+    # each inner node's residual: p (or its narrow form) until a candidate is rejected; a candidate's entry in it
+    r = _narrow(shape, p) if point else p.index_select(0, shape.rows)  # (M, J+1) or (M, V)
+    entries = shape.table[3] if point else shape.table[1]  # (M, J) where each candidate's entry sits in r
+    q = torch.stack([q_dists[n] for n in shape.inner]).to(r) if not point and shape.inner else None  # (M, V)
     tried = torch.zeros_like(r, dtype=torch.bool) if flavor == Flavor.WITHOUT_REPLACEMENT else None  # (M, V)
     settled = torch.zeros(len(shape.inner), dtype=torch.bool, device=p.device)  # (M,) a candidate passed already
     for j, c in enumerate(shape.have):  # the nodes with a j-th candidate are rows :c
-        child, token, skipped = shape.table[:, :c, j]  # (c,) each
-        q_eff = proposal(flavor, None if q is None else q[:c], token, tried[:c] if tried is not None and j else None,
-                         r[:c])  # (c, V)
-        r_x = r[:c].gather(1, token[:, None])[:, 0].double()  # (c,)
-        q_x = q_eff.gather(1, token[:, None])[:, 0].double()  # (c,)
+        child, skipped, entry = shape.table[0, :c, j], shape.table[2, :c, j], entries[:c, j]  # (c,) each
+        q_eff = proposal(flavor, None if q is None else q[:c], entry, tried[:c] if tried is not None and j else None,
+                         r[:c])  # (c, V) or (c, J+1)
+        r_x = r[:c].gather(1, entry[:, None])[:, 0].double()  # (c,)
+        q_x = q_eff.gather(1, entry[:, None])[:, 0].double()  # (c,)
         judged = (skipped == 0) & ~settled[:c]  # (c,) tested, if the walk reaches the node
         passed = judged & (u.index_select(0, child) * q_x < r_x)  # (c,) = u < min(1, r(x)/q(x)), safe at q(x) = 0
         ok.index_copy_(0, child, passed)
         tested.index_copy_(0, child, judged)
         prob.index_copy_(0, child, acceptance_probabilities(r_x, q_x))
         settled[:c] |= passed
-        r[:c] = torch.where((skipped == 0)[:, None], residual(r[:c], q_eff), r[:c])  # (c, V)
+        r[:c] = torch.where((skipped == 0)[:, None], residual(r[:c], q_eff), r[:c])
         if tried is not None:
-            tried[:c].scatter_(1, token[:, None], True)
+            tried[:c].scatter_(1, entry[:, None], True)
     return r, ok, tested, prob
+
+
+def _narrow(shape: _Layout, p: torch.Tensor) -> torch.Tensor:
+    """A node's residual after rejected point masses, kept narrow: rejecting a point mass zeroes one entry and scales
+    every other alike, so the node's distinct candidate tokens' entries and the mass of all the rest, one entry,
+    carry it exactly (the same `residual` applies), at J+1 entries a node instead of V. (M, J+1), the rest last."""
+    distinct, real = shape.table[4], shape.table[5].to(p.dtype)  # (M, J) each
+    candidates = p[shape.rows[:, None], distinct] * real  # (M, J), padding 0
+    rest = (p.sum(-1).index_select(0, shape.rows) - candidates.sum(-1)).clamp_min(0.0)  # (M,)
+    return torch.cat([candidates, rest[:, None]], dim=1)  # (M, J+1)
+
+
+def _widen(shape: _Layout, p: torch.Tensor, narrow: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """Row `row` (1,) of a narrow residual as a distribution over the vocabulary: its candidate tokens' entries, and
+    every other token's p scaled as the rest was. (1, V)"""
+    node = shape.rows.index_select(0, row)  # (1,)
+    base = p.index_select(0, node)  # (1, V)
+    start = _narrow(shape, p).index_select(0, row)  # (1, J+1) p's own narrow form: the rest before any rejection
+    final = narrow.index_select(0, row)  # (1, J+1)
+    scale = torch.where(start[:, -1] > 0, final[:, -1] / start[:, -1].clamp_min(_EPS), 0.0)  # (1,)
+    distinct, real = shape.table[4].index_select(0, row), shape.table[5].index_select(0, row) > 0  # (1, J) each
+    values = torch.where(real, final[:, :-1], final[:, :1])  # (1, J) padding repeats the first token and its value
+    return (base * scale[:, None]).scatter(1, distinct, values)  # (1, V)
 
 
 def _accepted_path(shape: _Layout, ok: torch.Tensor) -> torch.Tensor:
@@ -256,7 +288,8 @@ def _accepted_path(shape: _Layout, ok: torch.Tensor) -> torch.Tensor:
     return reached
 
 
-def _end_distribution(shape: _Layout, p: torch.Tensor, r: torch.Tensor, reached: torch.Tensor) -> torch.Tensor:
+def _end_distribution(shape: _Layout, p: torch.Tensor, r: torch.Tensor, reached: torch.Tensor,
+                      point: bool) -> torch.Tensor:
     """Where the walk stops, the deepest reached node (the path's ids grow with depth), the token comes from p at a
     leaf (the bonus), or from the residual where every candidate was rejected. (V,)"""
     ids = torch.arange(reached.shape[0], device=reached.device)  # (N+1,)
@@ -265,7 +298,9 @@ def _end_distribution(shape: _Layout, p: torch.Tensor, r: torch.Tensor, reached:
     if not shape.inner:
         return leaf[0]
     row = shape.row_of.index_select(0, end)  # (1,) -1 at a leaf
-    return torch.where(row[:, None] >= 0, r.index_select(0, row.clamp_min(0)), leaf)[0]  # (V,)
+    inner = row.clamp_min(0)  # (1,)
+    left = _widen(shape, p, r, inner) if point else r.index_select(0, inner)  # (1, V)
+    return torch.where(row[:, None] >= 0, left, leaf)[0]  # (V,)
 
 
 def _draw(dist: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

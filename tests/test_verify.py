@@ -352,3 +352,21 @@ def test_a_duplicate_deterministic_candidate_is_skipped_untested():
     tree = star_tree(0, [1, 1, 2], Flavor.DETERMINISTIC, None)
     verdict = core.verify_sampling(tree, torch.stack([p, P, P, P]), generator(0))
     assert [(c.node, c.accepted) for c in verdict.checks] == [(1, False), (3, True)] and verdict.path == [3]
+
+
+def test_the_narrow_residual_of_point_masses_is_the_full_one():
+    """Deterministic candidates are walked on their tokens' entries and the rest's mass (J+1 a node, not V): after
+    rejecting 3, 1 (and skipping 3's duplicate) and 5, widened back it is the full residual, entry for entry."""
+    from decoders.tree import children
+
+    full = P
+    for token in (3, 1, 5):
+        full = core.residual(full, torch.nn.functional.one_hot(torch.tensor(token), V).to(P))  # (V,)
+    tree = star_tree(0, [3, 1, 3, 5], Flavor.DETERMINISTIC, None)
+    p_rows = P.expand(tree.size, V)  # (5, V)
+    shape = core._layout(tree, children(tree.parents), P.device)
+    narrow = core._narrow(shape, p_rows)  # (1, 5): tokens 3, 1, 5, padding, the rest
+    for column in (0, 1, 2):
+        narrow = core.residual(narrow, torch.nn.functional.one_hot(torch.tensor([column]), 5).to(narrow))
+    wide = core._widen(shape, p_rows, narrow, torch.tensor([0], device=P.device))  # (1, V)
+    torch.testing.assert_close(wide[0], full)
