@@ -214,7 +214,7 @@ def walk_on_device(tree: DraftTree, p: torch.Tensor, generator: torch.Generator)
     _require_draft_distributions(tree, kids)
     shape = _layout(tree, kids, p.device)
     # (N+1,): u[i] tests node i, u[0] draws the token; all of the round's randomness in one call
-    u = torch.rand(tree.size, dtype=torch.float64, generator=generator, device=p.device)
+    u = torch.rand(tree.size, dtype=torch.float64, generator=generator, device=generator.device).to(p.device)
     r, ok, tested, prob = _test_candidates(tree.flavor, shape, tree.q_dists, p, u)
     reached = _accepted_path(shape, ok)  # (N+1,) bool
     tested &= reached.index_select(0, shape.parents)  # a test counts where the walk got to its node
