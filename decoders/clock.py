@@ -59,8 +59,8 @@ class DecodeClock:
 
     def __init__(self, device: torch.device | str = "cpu"):
         self.cuda = torch.device(device).type == "cuda"
-        self.start = self.last = _Mark(self._waited())
-        self.prefill_end: _Mark | None = None
+        self._start = self.last = _Mark(self._waited())
+        self._prefill_end: _Mark | None = None
         self.paused_seconds = 0.0  # time spent outside the decoder (while a yielded round was being consumed)
         self._pending: list[_Mark] = []  # CUDA events not yet placed on the host's timeline
         self._settled = False  # right after a read: the device holds no work of this round, host time is its time
@@ -70,6 +70,18 @@ class DecodeClock:
         if self.cuda:
             torch.cuda.synchronize()
         return time.perf_counter()
+
+    @property
+    def start(self) -> float:
+        """Host seconds (perf_counter) when the clock started."""
+        return self._start.seconds
+
+    @property
+    def prefill_end(self) -> float | None:
+        """Host seconds where decode time begins (None before prefill_done or the first lap)."""
+        if self._prefill_end is not None and self._prefill_end.seconds is None:
+            self._settle_by_waiting()
+        return self._prefill_end.seconds if self._prefill_end is not None else None
 
     def _mark(self) -> _Mark:
         if not self.cuda or self._settled:
@@ -82,7 +94,7 @@ class DecodeClock:
         """Mark the end of prefill; returns the prefill's seconds."""
         mark = _Mark(self._waited_for_all())
         elapsed = mark.seconds - self.last.seconds - self.last.pause
-        self.prefill_end = self.last = mark
+        self._prefill_end = self.last = mark
         self.paused_seconds = 0.0  # pauses while the prompt was read (between chunks) are out of `elapsed` already
         return elapsed
 
@@ -90,8 +102,8 @@ class DecodeClock:
         """The lap since the previous one (or since prefill); the first lap also marks prefill if nobody did."""
         mark = self._mark()
         lap, self.last = Lap(self, self.last, mark), mark
-        if self.prefill_end is None:
-            self.prefill_end = mark
+        if self._prefill_end is None:
+            self._prefill_end = mark
         return lap
 
     def read(self, values: torch.Tensor) -> list:
@@ -109,7 +121,7 @@ class DecodeClock:
     def total(self) -> float:
         """Decode time so far: since the end of prefill, pauses excluded."""
         now = self._waited_for_all() if self.cuda and not self._settled else time.perf_counter()
-        return now - (self.prefill_end or self.start).seconds - self.paused_seconds
+        return now - (self._prefill_end or self._start).seconds - self.paused_seconds
 
     @contextmanager
     def paused(self):
