@@ -50,8 +50,8 @@ def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, re
     parts = [ids.double().flatten(), values.double().flatten()]  # token ids are exact in float64
     nodes = tree.size - 1
     if record and nodes:
-        parents = torch.tensor(tree.parents[1:], device=logits.device)  # (N,)
-        tokens = torch.tensor(tree.tokens[1:], device=logits.device)  # (N,)
+        parents = upload(tree.parents[1:], logits.device)  # (N,) queued behind the forward, no wait
+        tokens = upload(tree.tokens[1:], logits.device)  # (N,)
         parts.append(_shown(logits, p, parents, tokens).double())  # (N,)
     if walk is not None:
         parts.append(walk)  # (4N+1,) last, so its slice is the copy's tail
@@ -63,6 +63,16 @@ def read_round(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor | None, re
     walked = host[len(host) - walk.shape[0]:] if walk is not None else None
     shown_p = host[2 * k * rows:2 * k * rows + nodes] if record and nodes else None
     return RoundReadout([best[k * r] for r in range(rows)], top, shown_p, walked)
+
+
+def upload(values: list, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host numbers to the device without waiting for it. (n,) A plain torch.tensor(values, device="cuda") copies
+    from pageable memory, which makes the host wait for every kernel queued before it (the round's forward too);
+    from pinned memory the copy queues behind them instead (PyTorch keeps the pinned block until the copy is done)."""
+    host = torch.tensor(values, dtype=dtype, device="cpu")  # (n,) explicitly: a default device may be set
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _shown(logits: torch.Tensor, p: torch.Tensor | None, parents: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

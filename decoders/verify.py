@@ -16,14 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import torch
 
+from .readout import RoundReadout, upload
 from .tree import DraftTree, Flavor, children, depths
-
-if TYPE_CHECKING:
-    from .readout import RoundReadout
 
 _EPS = 1e-12  # below this a residual is treated as empty (unreachable in exact arithmetic)
 
@@ -197,10 +194,10 @@ def _layout(tree: DraftTree, kids: list[list[int]], device: torch.device) -> _La
             table[0][m][j], table[1][m][j], table[2][m][j] = child, token, int(skipped)
             table[3][m][j] = distinct.index(token)
     flat = inner + [max(p, 0) for p in tree.parents] + row_of + [x for part in table for line in part for x in line]
-    upload = torch.tensor(flat, dtype=torch.long, device=device)  # the shape's one host-to-device copy
+    shape = upload(flat, device)  # the shape's one host-to-device copy, queued behind the round's forward
     m, n = len(inner), tree.size
-    return _Layout(inner, [sum(len(kids[node]) > j for node in inner) for j in range(width)], upload[:m],
-                   upload[m + 2 * n:].view(6, m, width), upload[m:m + n], upload[m + n:m + 2 * n],
+    return _Layout(inner, [sum(len(kids[node]) > j for node in inner) for j in range(width)], shape[:m],
+                   shape[m + 2 * n:].view(6, m, width), shape[m:m + n], shape[m + n:m + 2 * n],
                    max(depths(tree.parents)))
 
 

@@ -370,3 +370,31 @@ def test_the_narrow_residual_of_point_masses_is_the_full_one():
         narrow = core.residual(narrow, torch.nn.functional.one_hot(torch.tensor([column]), 5).to(narrow))
     wide = core._widen(shape, p_rows, narrow, torch.tensor([0], device=P.device))  # (1, V)
     torch.testing.assert_close(wide[0], full)
+
+
+def test_the_walks_upload_queues_behind_the_forward(monkeypatch):
+    """torch.tensor(values, device="cuda") copies from pageable memory and so waits for every kernel queued before
+    it, the round's forward too: the walk's one upload (the tree's shape) and the readout's go through pinned memory
+    and a non-blocking copy (the GPU copy faked here: no GPU on this machine)."""
+    from decoders import readout
+
+    seen = []
+    real_to = torch.Tensor.to
+
+    def to(tensor, *args, **kwargs):
+        if args and str(args[0]).startswith("cuda"):
+            seen.append(("to cuda", kwargs.get("non_blocking")))
+            return tensor
+        return real_to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda tensor: (seen.append("pinned"), tensor)[1])
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    assert readout.upload([1, 2, 3], torch.device("cuda")).tolist() == [1, 2, 3]
+    assert seen == ["pinned", ("to cuda", True)]
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(core, "upload", lambda values, device: (calls.append(len(values)), readout.upload(values,
+                                                                                                      device))[1])
+    tree, contexts = deep_tree((), Flavor.DETERMINISTIC, generator(0))
+    core.verify_sampling(tree, torch.stack([synthetic("p", c) for c in contexts]), generator(1))
+    assert len(calls) == 1  # the shape, in one copy
