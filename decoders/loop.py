@@ -20,7 +20,7 @@ from .rules import DraftRule
 from .runtime.runner import CachedModel
 from .sampling import Warp
 from .trace import Trace
-from .verify import verify
+from .verify import verify, walk_on_device
 
 
 def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, warp: Warp, prompt_ids: list[int],
@@ -39,6 +39,7 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
         while produced < max_new_tokens:
             # 1. propose: at most budget - 1 drafts, so accepted drafts + the target's token never overshoot
             limit = min(rule.limit() if rule else 0, max_new_tokens - produced - 1)
+            # laps: on CUDA, events read out after the round's one copy (decoders/clock.py); float(lap) is seconds
             t_before = clock.lap()  # the previous round's recording and this limit(): bookkeeping, not drafting
             proposal = drafter.propose(ids, limit, rule, warp, generator, builder.record)
             t_draft = clock.lap()  # drafting alone: what the controller's draft cost c is timed from
@@ -47,8 +48,11 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             # logits (N+1, V); features (N+1, H) from the same forward when the drafter wants them, else None
             logits, features = drafter.score(target, tree, drafter.wants_target_hidden)
             p = None if warp.greedy else warp.probs(logits)  # (N+1, V), None at temperature 0
-            readout = read_round(tree, logits, p, builder.record)  # the round's one device-to-host copy
-            verdict = verify(tree, logits, p, generator, readout.argmax)
+            # sampled: the rejection-sampling walk as device tensors (4N+1,), its numbers read with the copy below
+            walk = None if p is None else walk_on_device(tree, p, generator)
+            # the round's one device-to-host copy; on CUDA its wait also settles the clock's laps so far
+            readout = read_round(tree, logits, p, builder.record, walk, clock)
+            verdict = verify(tree, logits, p, generator, readout)
             t_verify = clock.lap()
             # 4. commit the accepted path and the target's own token, nothing after an end-of-sequence token
             committed, hit_eos = _cut_at_eos([tree.tokens[n] for n in verdict.path] + [verdict.token], eos_ids)
@@ -59,9 +63,10 @@ def run_rounds(target: CachedModel, drafter: Drafter, rule: DraftRule | None, wa
             # 5. let the drafter roll back and the rule learn
             drafter.observe(n_before, verdict.n_accepted, path=verdict.path, features=features)
             if rule:
-                rule.observe_time(t_draft, proposal.forwards, t_verify, tree.size)
+                rule.observe_time(float(t_draft), proposal.forwards, float(t_verify), tree.size)
             rule_after = rule.update(verdict.n_accepted, tree.n_drafted) if rule else {}
-            seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": t_before + clock.lap()}
+            seconds = {"draft": float(t_draft), "verify": float(t_verify),
+                       "bookkeeping": float(t_before) + float(clock.lap())}
             # 6. record (its own time is counted in the next round's bookkeeping, or after the last round)
             builder.add_round(proposal, verdict, committed, readout, rule_after, rule.name if rule else None,
                               limit, seconds)

@@ -17,7 +17,7 @@ Trace
                              reads, beside a float64 re-score of the position, to tell rounding from a bug
   rounds          [RoundRecord]  one per target verification forward
   stop_reason     str        "eos" | "max_new_tokens" | "cancelled" | "context" | "" (still running)
-  prefill_seconds, decode_seconds   wall time (decode = after prefill, synchronized on CUDA)
+  prefill_seconds, decode_seconds   wall time (decode = after prefill; decoders/clock.py says what it counts)
   prefill         dict | None  while a prompt longer than one prefill chunk is being read (no round yet): {"model":
                              "target" | "draft", "read": prompt tokens read so far, "of": tokens to read}; None
                              once read (a run stopped while reading keeps it; absent in older traces)

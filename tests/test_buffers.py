@@ -147,18 +147,54 @@ def test_tree_rounds_with_compaction_give_the_dynamic_caches_logits(tiny, kind):
 
 def test_an_off_by_one_slot_in_compaction_is_caught(tiny, monkeypatch):
     """The mutation: compaction gathers from one slot too far. The compaction test's comparison must fail."""
-    def off_by_one(self, block, keep):
-        start = self.length - block
-        source = (keep + start + 1).clamp(max=self.capacity - 1)
-        target = torch.arange(start, start + keep.numel(), device=keep.device)
-        for tensor in (self.keys, self.values):
-            tensor.index_copy_(2, target, tensor.index_select(2, source))
-        self.length = start + keep.numel()
+    from decoders.runtime import buffers
+
+    real = buffers.compaction_slots
+
+    def off_by_one(starts, keep):
+        source, target = real(starts, keep)
+        return [[slot + 1 for slot in layer] for layer in source], target
 
     dynamic = tree_rounds(CachedModel(tiny.model))
-    monkeypatch.setattr(BufferLayer, "keep", off_by_one)
+    monkeypatch.setattr(buffers, "compaction_slots", off_by_one)
     mutated = tree_rounds(CachedModel(tiny.model, KVPlan("static", committed=80)))
     assert any(not torch.allclose(a, b, atol=1e-3) for a, b in zip(dynamic, mutated))
+
+
+class _Ops(torch.overrides.TorchFunctionMode):
+    """Counts the tensor ops called inside it (functions and methods alike), by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _compaction_ops(layers: int) -> list[str]:
+    """The tensor ops of one tree path's compaction in a static buffer of a `layers`-layer model."""
+    from tiny import tiny_llama
+
+    lm = tiny_llama(seed=2, layers=layers)
+    runner = CachedModel(lm.model, KVPlan("static", committed=40))
+    runner.forward(list(range(3, 12)))
+    runner.forward_tree(DraftTree(tokens=[1, 2, 3, 4, 5], parents=[-1, 0, 0, 2, 2], q_token=[None] * 5))
+    ops = _Ops()
+    with ops:
+        runner.keep_path(5, [0, 2, 4])
+    assert all(layer.length == 9 + 3 for layer in runner.cache.layers)
+    return ops.names
+
+
+def test_compaction_is_one_gather_whatever_the_layer_count():
+    """A tree path kept: one gather and one scatter over every layer's keys and values (issue 46), where it was an
+    index_select and an index_copy_ per layer and tensor; the same ops for 2 layers as for 6."""
+    two, six = _compaction_ops(2), _compaction_ops(6)
+    moves = [name for name in six if name in ("gather", "scatter_", "index_select", "index_copy_", "copy_",
+                                              "__setitem__", "index_put_", "take_along_dim")]
+    assert moves == ["gather", "scatter_"] and two == six, (moves, two, six)
 
 
 @pytest.mark.parametrize("kind", BUFFERS)

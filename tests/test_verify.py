@@ -206,9 +206,9 @@ def test_acceptance_probability_is_the_probability_of_the_test():
 
 
 def test_point_mass_proposal_lives_where_the_target_does():
-    r = torch.zeros(5, dtype=torch.float64)  # any dtype/device: the point mass copies them from r
-    point = core.proposal(Flavor.DETERMINISTIC, None, 3, [], r)
-    assert point.tolist() == [0, 0, 0, 1, 0] and (point.dtype, point.device) == (r.dtype, r.device)
+    r = torch.zeros(2, 5, dtype=torch.float64)  # any dtype/device: the point masses copy them from r
+    point = core.proposal(Flavor.DETERMINISTIC, None, torch.tensor([3, 0]), None, r)  # (2, 5), one row a candidate
+    assert point.tolist() == [[0, 0, 0, 1, 0], [1, 0, 0, 0, 0]] and (point.dtype, point.device) == (r.dtype, r.device)
 
 
 # ---------------------------------------------------------------- deep trees with siblings, exact enumeration
@@ -297,16 +297,16 @@ def test_deep_tree_rrs_emits_the_target_joint(flavor):
 
 
 def _unnormalised(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """max(r - q, 0) without norm(): later siblings are judged against too little mass."""
+    """max(r - q, 0) without norm(): later siblings are judged against too little mass. (..., V)"""
     left = torch.clamp(r - q, min=0.0)
-    return left if float(left.sum()) > 1e-12 else r
+    return torch.where(left.sum(-1, keepdim=True) > 1e-12, left, r)
 
 
 _real_proposal = core.proposal
 
 
 def _forgets_tried(flavor, q, token, tried, like):
-    return _real_proposal(flavor, q, token, [], like)  # without replacement, but tried tokens keep their mass
+    return _real_proposal(flavor, q, token, None, like)  # without replacement, but tried tokens keep their mass
 
 
 MUTANTS = {
@@ -325,3 +325,76 @@ def test_deep_tree_check_catches_a_mutant(monkeypatch, mutant, flavor):
     monkeypatch.setattr(core, attribute, broken)
     pvalue = deep_pvalue(flavor, DEEP_MUTANT_TRIALS)
     assert pvalue < 1e-3, f"{mutant} ({flavor}) went unnoticed: chi-square p = {pvalue:.2e}"
+
+
+# ---------------------------------------------------------------- on the device (issue 46): one read a walk
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_sampled_walk_reads_the_host_once(flavor):
+    """On a GPU every read of a tensor waits for the device: a deep tree's whole walk (21 drafts, siblings at every
+    level) comes back in one copy, the draws, tests and the token the target adds included."""
+    from host_reads import HostReads, reads
+
+    tree, contexts = deep_tree((), flavor, generator(0))
+    p_rows = torch.stack([synthetic("p", c) for c in contexts])  # (N+1, V)
+    counter = HostReads()
+    with counter.active():
+        verdict = core.verify_sampling(tree, p_rows, generator(1))
+    kinds = counter.take()
+    assert reads(kinds) == 1, kinds
+    assert verdict.checks and all(c.uniform is not None for c in verdict.checks)
+
+
+def test_a_duplicate_deterministic_candidate_is_skipped_untested():
+    """A repeated point mass carries no new mass: the walk tests the next distinct candidate, as the sequential walk
+    did (`continue`), and the duplicate stays "not reached" in the trace."""
+    p = dist([0, 0, 1, 0, 0, 0, 0, 0])  # p(1) = 0: candidate 1 is rejected for sure, p(2) = 1 accepts 2
+    tree = star_tree(0, [1, 1, 2], Flavor.DETERMINISTIC, None)
+    verdict = core.verify_sampling(tree, torch.stack([p, P, P, P]), generator(0))
+    assert [(c.node, c.accepted) for c in verdict.checks] == [(1, False), (3, True)] and verdict.path == [3]
+
+
+def test_the_narrow_residual_of_point_masses_is_the_full_one():
+    """Deterministic candidates are walked on their tokens' entries and the rest's mass (J+1 a node, not V): after
+    rejecting 3, 1 (and skipping 3's duplicate) and 5, widened back it is the full residual, entry for entry."""
+    from decoders.tree import children
+
+    full = P
+    for token in (3, 1, 5):
+        full = core.residual(full, torch.nn.functional.one_hot(torch.tensor(token), V).to(P))  # (V,)
+    tree = star_tree(0, [3, 1, 3, 5], Flavor.DETERMINISTIC, None)
+    p_rows = P.expand(tree.size, V)  # (5, V)
+    shape = core._layout(tree, children(tree.parents), P.device)
+    narrow = core._narrow(shape, p_rows)  # (1, 5): tokens 3, 1, 5, padding, the rest
+    for column in (0, 1, 2):
+        narrow = core.residual(narrow, torch.nn.functional.one_hot(torch.tensor([column]), 5).to(narrow))
+    wide = core._widen(shape, p_rows, narrow, torch.tensor([0], device=P.device))  # (1, V)
+    torch.testing.assert_close(wide[0], full)
+
+
+def test_the_walks_upload_queues_behind_the_forward(monkeypatch):
+    """torch.tensor(values, device="cuda") copies from pageable memory and so waits for every kernel queued before
+    it, the round's forward too: the walk's one upload (the tree's shape) and the readout's go through pinned memory
+    and a non-blocking copy (the GPU copy faked here: no GPU on this machine)."""
+    from decoders import readout
+
+    seen = []
+    real_to = torch.Tensor.to
+
+    def to(tensor, *args, **kwargs):
+        if args and str(args[0]).startswith("cuda"):
+            seen.append(("to cuda", kwargs.get("non_blocking")))
+            return tensor
+        return real_to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda tensor: (seen.append("pinned"), tensor)[1])
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    assert readout.upload([1, 2, 3], torch.device("cuda")).tolist() == [1, 2, 3]
+    assert seen == ["pinned", ("to cuda", True)]
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(core, "upload", lambda values, device: (calls.append(len(values)), readout.upload(values,
+                                                                                                      device))[1])
+    tree, contexts = deep_tree((), Flavor.DETERMINISTIC, generator(0))
+    core.verify_sampling(tree, torch.stack([synthetic("p", c) for c in contexts]), generator(1))
+    assert len(calls) == 1  # the shape, in one copy

@@ -76,12 +76,12 @@ def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: 
     limits = [min(row.rule.limit() if row.rule else 0, row.max_new_tokens - row.produced - 1) for row in live]
     proposals = drafter.propose([row.ids for row in live], limits, [row.rule for row in live], warp,
                                 [row.generator for row in live], any(row.builder.record for row in live))
-    t_draft = clock.lap()
+    t_draft = float(clock.lap())
     # 2. score every row's chain in one batched target forward; 3. verify each row with its own generator
     logits = drafter.score(target, proposals)  # per row (N_r+1, V); early exit runs only layers k..L-1 here
     probs = [None if warp.greedy else warp.probs(row_logits) for row_logits in logits]  # (N_r+1, V) each
     verdicts = [verify(p.tree, lg, pr, row.generator) for p, lg, pr, row in zip(proposals, logits, probs, live)]
-    t_verify = clock.lap()
+    t_verify = float(clock.lap())
     # 4. commit per row; each row's cache keeps its root and accepted drafts, its rejected slots become padding
     done, record = [], BatchRound(len(batch.rounds), [row.index for row in live], [], [], [])
     for i, (row, proposal, verdict) in enumerate(zip(live, proposals, verdicts)):
@@ -100,14 +100,14 @@ def _round(target: RaggedRunner, drafter: BatchDrafter, live: list[_Row], warp: 
         record.drafted.append(tree.n_drafted)
         record.accepted.append(verdict.n_accepted)
         record.committed.append(len(committed))
-    t_book = clock.lap()
+    t_book = float(clock.lap())
     # 5. finished rows leave; trim and maybe compact what is left (the realignment, timed on its own)
     going = [i for i, row in enumerate(live) if row.pending[-1] is None]
     target.select_rows(going)
     drafter.select_rows(going)
     target.realign()
     drafter.realign()
-    t_realign = clock.lap()
+    t_realign = float(clock.lap())
     seconds = {"draft": t_draft, "verify": t_verify, "bookkeeping": t_book + t_realign}
     for row in live:  # 6. record each row's round in its own trace (the recorder's time lands in the next lap)
         proposal, verdict, committed, row_logits, row_p, rule_after, limit, stop = row.pending

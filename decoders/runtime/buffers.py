@@ -9,8 +9,11 @@ The invariant every verb keeps: in each layer the valid slots are a prefix 0..le
 of the committed sequence. A forward writes its tokens at slots length.. onwards. Then
 - rollback (drop_last) is `length -= n`: the stale entries stay where they are, no mask lets a query see them, and
   the next write overwrites them;
-- a verified tree path (keep_path) gathers the kept nodes' slots to the front of the block (one index_copy per
-  layer and tensor) and sets length to the block's start + the kept count.
+- a verified tree path (keep_path) gathers the kept nodes' slots to the front of the block and sets length to the
+  block's start + the kept count. Every layer's keys and values are views of one (L, 2, B, H, S, D) tensor
+  (`_Storage`), so that is one gather and one scatter for all layers, not two index copies per layer and tensor
+  (~180 launches a round on a 30-layer model); a layer shaped unlike the first (heads, head size) keeps its own
+  buffers, and compaction then goes layer by layer.
 Layers keep their own lengths: early exit's stem layers hold a round's drafts before the upper layers do, and layer
 skip writes only the layers it runs.
 
@@ -106,23 +109,55 @@ class _WriteIndex:
         self.real = 0  # of the w slots, how many hold real tokens (the rest is bucket padding)
 
 
+class _Storage:
+    """Every layer's keys and values as views of one (L, 2, B, H, S, D) tensor, allocated at the first write (shaped
+    after it), so that compaction moves all layers in one gather (`BufferCache.keep_path`)."""
+
+    def __init__(self, layers: int, capacity: int):
+        self.layers, self.capacity = layers, capacity
+        self.tensor: torch.Tensor | None = None  # (L, 2, B, H, S, D)
+
+    def views(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Layer `layer`'s (keys, values) buffers, each (B, H, S, D), for a first write shaped like keys/values;
+        None when it does not fit the shared tensor (another head count or size, dtype or device)."""
+        batch, heads, _, dim = keys.shape
+        if values.shape != keys.shape or values.dtype != keys.dtype:
+            return None
+        if self.tensor is None:
+            self.tensor = keys.new_zeros(self.layers, 2, batch, heads, self.capacity, dim)  # (L, 2, B, H, S, D)
+        shared = self.tensor
+        if (shared.shape[2], shared.shape[3], shared.shape[5], shared.dtype, shared.device) != \
+                (batch, heads, dim, keys.dtype, keys.device):
+            return None
+        return shared[layer, 0], shared[layer, 1]  # (B, H, S, D) views
+
+
 class BufferLayer(CacheLayerMixin):
     """One layer's keys and values as (1, kv_heads, capacity, head_dim) buffers plus its valid length."""
 
     is_croppable = True
 
-    def __init__(self, capacity: int, index: _WriteIndex, sliding: bool = False):
+    def __init__(self, capacity: int, index: _WriteIndex, sliding: bool = False, storage: _Storage | None = None,
+                 number: int = 0):
         super().__init__()
         self.capacity = capacity
         self.index = index
         self.is_sliding = sliding  # transformers sizes each mask kind from its first layer; all keep full history
         self.length = 0
+        self.storage, self.number = storage, number  # the cache's shared tensor and this layer's row in it
+        self.shared = False  # whether keys and values are views of the shared tensor
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Allocate both buffers on the first write, shaped after it (heads, head size, dtype and device)."""
-        batch, heads, _, key_dim = key_states.shape
-        self.keys = key_states.new_zeros(batch, heads, self.capacity, key_dim)  # (1, H, S, D)
-        self.values = value_states.new_zeros(batch, heads, self.capacity, value_states.shape[-1])  # (1, H, S, D)
+        """Take both buffers on the first write, shaped after it (heads, head size, dtype and device): views of the
+        cache's shared tensor, or this layer's own when it is shaped unlike the first layer."""
+        views = self.storage.views(self.number, key_states, value_states) if self.storage is not None else None
+        if views is not None:
+            self.keys, self.values = views  # (1, H, S, D) each
+        else:
+            batch, heads, _, key_dim = key_states.shape
+            self.keys = key_states.new_zeros(batch, heads, self.capacity, key_dim)  # (1, H, S, D)
+            self.values = value_states.new_zeros(batch, heads, self.capacity, value_states.shape[-1])  # (1, H, S, D)
+        self.shared = views is not None
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
@@ -196,7 +231,9 @@ class BufferCache(Cache):
                                " layers: use kv_cache='dynamic'")
         self.index = _WriteIndex()
         self.capacity = capacity
-        super().__init__(layers=[BufferLayer(capacity, self.index, t == "sliding_attention") for t in types])
+        self.storage = _Storage(len(types), capacity)
+        super().__init__(layers=[BufferLayer(capacity, self.index, t == "sliding_attention", self.storage, i)
+                                 for i, t in enumerate(types)])
 
     @contextmanager
     def fixed_write(self, slots: torch.Tensor, real: int):
@@ -222,16 +259,44 @@ class BufferCache(Cache):
 
     @torch.inference_mode()  # the buffers were made under inference mode; in-place writes must be too
     def keep_path(self, block: int, keep: list[int]) -> None:
-        """decoders.runtime.cache.keep_path for buffers: a chain prefix is a length move, a tree path one gather per layer."""
+        """decoders.runtime.cache.keep_path for buffers: a chain prefix is a length move, a tree path one gather over
+        every layer (layer by layer only where a layer keeps its own buffers)."""
         if keep == list(range(len(keep))):
             for layer in self.layers:
                 layer.crop(-(block - len(keep)))
             return
-        device = next((layer.keys.device for layer in self.layers if layer.is_initialized), "cpu")
-        index = torch.tensor(keep, device=device)  # (k,)
-        for layer in self.layers:
-            layer.keep(block, index)
+        starts = [layer.length - block for layer in self.layers]  # each layer's block may start elsewhere
+        short = next((layer for layer, start in zip(self.layers, starts) if start < 0), None)
+        if short is not None:
+            raise ValueError(f"keep_path over {block} nodes, but a layer holds only {short.length} entries")
+        if self.storage.tensor is None or not all(layer.shared or not layer.is_initialized for layer in self.layers):
+            device = next((layer.keys.device for layer in self.layers if layer.is_initialized), "cpu")
+            index = torch.tensor(keep, device=device)  # (k,)
+            for layer in self.layers:
+                layer.keep(block, index)
+            return
+        _compact(self.storage.tensor, starts, keep)
+        for layer, start in zip(self.layers, starts):
+            layer.length = start + len(keep)
 
     def held_bytes(self) -> int:
         """The buffers' whole allocation: what the run holds, whatever part of it is valid."""
-        return sum(layer.held_bytes() for layer in self.layers)
+        shared = self.storage.tensor
+        own = sum(layer.held_bytes() for layer in self.layers if not layer.shared)
+        return own + (shared.numel() * shared.element_size() if shared is not None else 0)
+
+
+def compaction_slots(starts: list[int], keep: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+    """Per layer, the slots of the kept nodes (from) and the block's front they move to (to). Each (L, k)."""
+    return ([[start + node for node in keep] for start in starts],
+            [[start + i for i in range(len(keep))] for start in starts])
+
+
+def _compact(shared: torch.Tensor, starts: list[int], keep: list[int]) -> None:
+    """Move every layer's kept nodes to its block's front: one gather, then one scatter. shared (L, 2, B, H, S, D)."""
+    layers, _, batch, heads, _, dim = shared.shape
+    source, target = compaction_slots(starts, keep)
+    index = torch.tensor([source, target], device=shared.device)  # (2, L, k): the one upload
+    spread = index.view(2, layers, 1, 1, 1, len(keep), 1).expand(2, layers, 2, batch, heads, len(keep), dim)
+    moved = shared.gather(4, spread[0])  # (L, 2, B, H, k, D), gathered first: the slots may overlap
+    shared.scatter_(4, spread[1], moved)
