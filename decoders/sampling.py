@@ -71,5 +71,11 @@ def uniform(generator: torch.Generator) -> float:
 
 def entropy(probs: torch.Tensor) -> float:
     """Shannon entropy in nats of a (V,) distribution."""
+    return float(entropy_of(probs))
+
+
+def entropy_of(probs: torch.Tensor) -> torch.Tensor:
+    """entropy() left on the distribution's device: a () tensor, no host read (a chain's rule measures it per
+    position and reads every position's at once)."""
     logp = torch.log(probs.clamp_min(1e-30))  # (V,)
-    return float(-(probs * logp).sum())
+    return -(probs * logp).sum()  # ()

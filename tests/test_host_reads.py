@@ -17,12 +17,12 @@ from decoders import DecodeOptions
 from decoders.sampling import Warp
 
 LENGTH = 30
-ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "early-exit", "prophet"}  # dynamic trees, greedy chains
-# of the self-drafters under a static rule: at most
+ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "early-exit", "prophet", "draft-model", "layer-skip"}
+# (dynamic trees, every greedy chain): at most
 DEVICE_READS = 2  # reads a round (the drafter's one and the verifier's one)
 # The worst round per drafter (greedy, recording on); a drafter may read no more than this. When this test was
 # written (before issue 46): EAGLE-2 21 (head or draft model), DDD 4 (head) and 11, static trees 49, every chain 9.
-CEILINGS = {"none": 1, "draft-model": 9, "prompt-lookup": 1, "layer-skip": 9, "early-exit": 2, "prophet": 2,
+CEILINGS = {"none": 1, "draft-model": 2, "prompt-lookup": 1, "layer-skip": 2, "early-exit": 2, "prophet": 2,
             "suffix": 1, "eagle1": 8, "eagle2": 2, "ddd": 2, "eagle1-head": 8, "eagle2-head": 2, "ddd-head": 2}
 
 
@@ -69,7 +69,7 @@ def _drafters(models) -> dict:
     }
 
 
-def _counted(lm, make, depth: int, warp: Warp):
+def _counted(lm, make, depth: int, warp: Warp, rule=None):
     from decoders import api
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
@@ -87,7 +87,7 @@ def _counted(lm, make, depth: int, warp: Warp):
             return propose(*args, **kwargs)
 
     drafter.propose = counted_propose
-    generator = run_rounds(runner, drafter, StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
+    generator = run_rounds(runner, drafter, rule or StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
                            torch.Generator().manual_seed(0), builder)
     return rounds(generator, counter)
 
@@ -105,6 +105,26 @@ def test_host_reads_per_round(models, monkeypatch):
         assert worst[name] <= DEVICE_READS, (name, worst[name], counts[name])
     over = {name: (worst[name], CEILINGS[name]) for name in worst if worst[name] > CEILINGS[name]}
     assert not over, f"more host reads a round than before (now, ceiling): {over}"
+
+
+CHAINS = ("draft-model", "layer-skip", "early-exit", "prophet")
+
+
+@pytest.mark.parametrize("rule", ["adaedl", "max-confidence"])
+def test_greedy_chains_judged_by_a_rule_read_twice_a_round(models, monkeypatch, rule):
+    """A rule that judges q (AdaEDL's entropy, max-confidence) is measured on the device and read with the drafts,
+    as on a GPU (no read at a check): still the drafter's one read and the verifier's one a round."""
+    from decoders.drafters import device_tree
+    from decoders.rules import AdaEDLRule, LambdaSchedule, MaxConfidenceRule
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    make = {"adaedl": lambda: AdaEDLRule(LambdaSchedule(0.4, 4)),
+            "max-confidence": lambda: MaxConfidenceRule(LambdaSchedule(0.5, 4))}[rule]
+    drafters = _drafters(models)
+    counts = {name: _counted(models["target"], drafters[name][0], 4, Warp(0.0), make()) for name in CHAINS}
+    print(f"\nhost reads per round (greedy, {rule}, recording on, rounds 2..n)\n" + table(counts))
+    for name in CHAINS:
+        assert counts[name] and max(reads(c) for c in counts[name]) <= DEVICE_READS, (name, counts[name])
 
 
 def test_the_counter_sees_each_kind_of_read():

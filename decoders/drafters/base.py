@@ -22,6 +22,7 @@ import torch
 from ..rules import DraftRule
 from ..sampling import Warp, raw_probs, sample
 from ..tree import DraftTree
+from . import device_tree
 
 
 class DraftStop(StrEnum):
@@ -135,15 +136,15 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     The rule judges the distribution for position j before a token is drawn from it; at temperature 0 it judges
     the unwarped softmax (the warped one is one-hot, entropy 0, and would never stop). Returns a chain tree whose
     node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
-    tensors: `step` also takes a (1,) device tensor of the last token; then a greedy chain under a rule that does
-    not judge q stays on the device and is read once (_chain_on_device).
+    tensors: `step` also takes a (1,) device tensor of the last token; then a greedy chain stays on the device
+    and is read once (_chain_on_device).
     """
     tree = DraftTree.root_only(first[-1])
     proposal = Proposal(tree, reason=DraftStop.LIMIT)
     if limit <= 0:
         proposal.reason = DraftStop.BUDGET
         return proposal
-    if tensors and warp.greedy and stays_on_device(rule):
+    if tensors and warp.greedy:
         return _chain_on_device(proposal, step, first, limit, rule, record)
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
@@ -157,32 +158,62 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     return proposal
 
 
-def stays_on_device(rule: DraftRule | None) -> bool:
-    """The rule never stops a chain early: it does not judge q before a position (static γ, the heuristic)."""
-    return rule is None or type(rule).check is DraftRule.check
-
-
 def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None,
                      record: bool) -> Proposal:
-    """A greedy chain of `limit` drafts whose tokens never leave the device until the one read at the end: each
-    argmax feeds the next step as a (1,) tensor. The same tokens, checks and recorded q as draft_position's."""
-    tokens, shown = [], []  # per position: (1,) token, (1,) its unwarped probability (recording)
+    """A greedy chain whose tokens never leave the device until one read: each argmax feeds the next step as a (1,)
+    tensor, and the rule's measures of every position (rules.DraftRule.measure) come back in the same copy, where
+    its verdicts are decided in order, as a check at each step would have (the same tokens, checks and q).
+
+    The rule's stop, as device_tree.py's DDD stop: on an accelerator the steps run up to the limit (the host cannot
+    stop them without waiting) and the positions after the first stop are dropped when read, their forwards still
+    counted (a drafter with state of its own trims what they fed); on a device in STOPS_READ_ON (the CPU, where a
+    read waits for nothing), or for a rule that reads_each_check, the measures are read at each check and drafting
+    stops there, as the host chain did."""
+    tokens, shown, measured = [], [], []  # per position: (1,) token, (1,) its unwarped probability, (k,) measures
+    decided: list[tuple[bool, dict]] = []  # the rule's verdicts, when read at each check
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
+    at_check = rule is not None and (rule.reads_each_check or logits.device.type in device_tree.STOPS_READ_ON)
     for position in range(1, limit + 1):
-        if record:
-            proposal.checks.append(rule.check(position, logits)[1] if rule else {"position": position, "stop": False})
+        judged = raw_probs(logits) if record or rule is not None else None  # (V,) what the rule judges at 0
+        measure = rule.measure(judged) if rule is not None else None  # (k,) float64 on the device, or None
+        if measure is not None and at_check:
+            decided.append(rule.decide(position, measure.tolist()))  # one read a check
+            if decided[-1][0]:
+                break
+        elif measure is not None:
+            measured.append(measure)
         token = logits.argmax(-1, keepdim=True)  # (1,)
         tokens.append(token)
         if record:
-            shown.append(raw_probs(logits)[token])  # (1,)
+            shown.append(judged[token])  # (1,)
         if position < limit:
             logits = step(token)  # (V,) for the next position
             proposal.forwards += 1
-    host = torch.cat([t.double() for t in tokens + shown]).cpu().tolist()  # the drafter's one read
-    for position in range(1, limit + 1):
-        proposal.tree.add(position - 1, int(host[position - 1]), host[limit + position - 1] if record else None)
+    host = torch.cat([t.double() for t in tokens + shown + measured]).cpu().tolist()  # the drafter's one read
+    n = len(tokens)
+    drafted, q = host[:n], host[n:2 * n] if record else [None] * n
+    verdicts = decided or _decide_read(rule, host[(2 if record else 1) * n:], n)
+    for position, (stop, check) in enumerate(verdicts, start=1):  # in order, up to the first stop
+        if record:
+            proposal.checks.append(check)
+        if stop:
+            proposal.reason = DraftStop.RULE
+            break
+        proposal.tree.add(position - 1, int(drafted[position - 1]), q[position - 1])
     return proposal
+
+
+def _decide_read(rule: DraftRule | None, values: list[float], n: int) -> Iterator[tuple[bool, dict]]:
+    """The verdicts of positions 1..n from their measures read in one copy (k values each; none for a rule that
+    measures nothing), lazily: a rule with state (the cost controller) decides each position once, in order, and
+    none after its first stop."""
+    k = len(values) // n if n else 0
+    for position in range(1, n + 1):
+        if rule is None:
+            yield False, {"position": position, "stop": False}
+        else:
+            yield rule.decide(position, values[(position - 1) * k:position * k])
 
 
 def draft_position(proposal: Proposal, position: int, logits: torch.Tensor, rule: DraftRule, warp: Warp,

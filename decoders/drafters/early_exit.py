@@ -92,7 +92,20 @@ class EarlyExitDrafter(Drafter):
             rows, self.unfed = self.unfed + list(h), []
             return self._block(rows)  # (V,)
 
-        return draft_chain(step, [ids[-1]], limit, rule, warp, generator, record, tensors=True)
+        proposal = draft_chain(step, [ids[-1]], limit, rule, warp, generator, record, tensors=True)
+        self._drop_unsent(len(self.rows) - proposal.tree.size)
+        return proposal
+
+    def _drop_unsent(self, extra: int) -> None:
+        """A device chain runs its steps past the rule's stop (decoders/drafters/base._chain_on_device) and drops
+        those positions when read: their stem entries, block entries and rows go too, so the stem's cache holds
+        this round's sent nodes alone, as score and the loop's keep_path expect."""
+        if extra <= 0:
+            return
+        self.target.drop_last(extra, layers=list(range(self.k)))
+        kv.drop_last(self.block_cache, extra)
+        del self.rows[-extra:]
+        self.fed -= extra
 
     @torch.inference_mode()
     def score(self, target: CachedModel, tree, hidden: bool):

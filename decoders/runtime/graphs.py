@@ -152,8 +152,10 @@ class FixedForward:
         return model
 
     @torch.inference_mode()
-    def __call__(self, tokens: list[int], parents: list[int], hidden: bool = False):
-        """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more."""
+    def __call__(self, tokens: list[int] | torch.Tensor, parents: list[int], hidden: bool = False):
+        """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more.
+        tokens: a list, or an (n,) tensor on the model's device (a greedy chain's draft): the host packs the rest
+        and the ids are written into the packed input on the device, so the forward reads nothing back."""
         n = len(tokens)
         if self.choose_by_time and self.seconds is None and self._replayable(max(self.buckets)):
             self.seconds = self._bucket_table()
@@ -163,15 +165,17 @@ class FixedForward:
             raise BufferFull(f"a forward of {n} tokens (padded to {width}) after {start} would pass the KV buffer's "
                              f"{self.cache.capacity} slots (the run's budget was computed wrong; kv_cache='dynamic' "
                              "avoids it)")
-        packed = pack_inputs(tokens, parents, start, width)
+        on_device = isinstance(tokens, torch.Tensor)
+        packed = pack_inputs([0] * n if on_device else tokens, parents, start, width)
+        ids = tokens if on_device else None  # (n,) written over the packed ids on the device
         self.widths.add(width)
         key = (width, hidden)
         self.uses[key] = self.uses.get(key, 0) + 1
         if self._replayable(width) and self.uses[key] > 1:  # a width used once (the prefill) is not worth a capture
-            logits, states = self._replay(packed, width, n, hidden)
+            logits, states = self._replay(packed, width, n, hidden, ids)
             self.counts["graph"] += 1
         else:
-            logits, states = self._eager(packed.to(self._device()), width, n, hidden)
+            logits, states = self._eager(_with_ids(packed.to(self._device()), ids), width, n, hidden)
             self.counts["eager"] += 1
         return logits[:n], (states[:n] if hidden else None)
 
@@ -247,7 +251,7 @@ class FixedForward:
                              use_cache=True, output_hidden_states=hidden)
         return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
 
-    def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool):
+    def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool, ids: torch.Tensor | None = None):
         captured = self.captured.get((width, hidden))
         if captured is None:
             captured = self.captured[(width, hidden)] = self._capture(packed, width, hidden)
@@ -255,6 +259,7 @@ class FixedForward:
             captured.sent.synchronize()  # overwritten (a caller that read the outputs waited for it already)
         captured.host.copy_(packed)
         captured.packed.copy_(captured.host, non_blocking=True)  # the one host-to-device copy of a replay
+        _with_ids(captured.packed, ids)  # a device token: copied on the device, after the host copy in stream order
         if captured.sent is not None:
             captured.sent.record()
         captured.graph.replay()
@@ -270,6 +275,13 @@ class FixedForward:
         graph, (logits, states), self.pool = capture(lambda: self._eager(static, width, 0, hidden), self.pool)
         self.cache.set_lengths(lengths)
         return _Captured(graph, static, logits, states)
+
+
+def _with_ids(packed: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
+    """Write device token ids (n,) over the first n packed ids, in place (a device-to-device copy, no host read)."""
+    if ids is not None:
+        packed[:ids.shape[0]].copy_(ids)
+    return packed
 
 
 def capture(forward, pool=None):
