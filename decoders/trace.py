@@ -32,7 +32,8 @@ Trace
                              ("dynamic" | "static" | "fixed", decoders/runtime/buffers.py), capacity (buffer slots per
                              layer, None for dynamic), and for "fixed" the forwards that replayed a CUDA graph
                              ("graph") or ran eagerly ("eager") and the padded widths used (decoders/runtime/graphs.py).
-                             Every other forward (an EAGLE head, early exit's layers, a prophet, a draft tree's
+                             Early exit's verification (layers k..L-1) counts as a target forward there; every
+                             other forward (an EAGLE head, early exit's draft steps, a prophet, a draft tree's
                              frontiers) runs eagerly.
 
 Provenance of an output token: "accepted" (a draft token the target accepted), "resampled" (drawn from the

@@ -14,6 +14,7 @@ from transformers import DynamicCache
 from ..runtime import cache as kv
 from ..runtime.runner import CachedModel
 from ..selfdraft.heads import ExitBlock
+from ..selfdraft.upper import UpperForward
 from ..selfdraft.stem import causal_mask, step_mask, stem_layers, target_rotary, upper_layers, run_layers
 from .base import Drafter, Proposal, draft_chain
 
@@ -27,6 +28,7 @@ class EarlyExitDrafter(Drafter):
         model = target.model
         self.stem, self.upper = stem_layers(model, self.k), upper_layers(model, self.k)
         self.rotary = target_rotary(model)
+        self.upper_forward = UpperForward(model, self.k, self.rotary)  # score's layers k..L-1 at a fixed shape
         self.vocab = model.config.vocab_size
         self.block_cache = DynamicCache(config=block.config)
         self.rows: list[torch.Tensor] = []  # h_k (d,) of this round's nodes whose stem has run, in order
@@ -113,15 +115,24 @@ class EarlyExitDrafter(Drafter):
         missing = tree.tokens[len(self.rows):]  # the last draft when drafting stopped at the limit (never fed)
         if missing:
             self.rows.extend(self._stem(missing))
-        h = torch.stack(self.rows)[None]  # (1, N+1, d)
+        rows = torch.stack(self.rows)  # (N+1, d)
+        if target.fixed is not None:  # a fixed KV plan: one fixed-shape forward, replayed as a graph with graphs on
+            logits, features = self.upper_forward(target.fixed, rows)  # (N+1, V), (N+1, d)
+        else:
+            logits, features = self._upper_eager(target, rows)
+        target._note_peak()
+        self.reused_layer_tokens += (rows.shape[0] - len(missing)) * self.k
+        return logits, (features if hidden else None)
+
+    def _upper_eager(self, target: CachedModel, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layers k..L-1 over rows (N+1, d) after a growing cache (DynamicCache, or buffers read as views)."""
+        h = rows[None]  # (1, N+1, d)
         past = target.cache.layers[-1].get_seq_length()  # the upper layers' length: the committed context
         positions = torch.arange(past, past + h.shape[1], device=h.device)[None]  # (1, N+1)
         mask = step_mask(h.shape[1], past, h.dtype, h.device)  # (1, 1, N+1, past + N+1)
         top = run_layers(self.upper, h, positions, mask, self.rotary, target.cache)  # (1, N+1, d)
         features = target.model.get_decoder().norm(top)[0]  # (N+1, d)
-        target._note_peak()
-        self.reused_layer_tokens += (h.shape[1] - len(missing)) * self.k
-        return target.model.get_output_embeddings()(features), (features if hidden else None)  # (N+1, V)
+        return target.model.get_output_embeddings()(features), features  # (N+1, V), (N+1, d)
 
     def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
         """Keep the block's entries of the root and accepted drafts; rows it has not read wait for the next round."""

@@ -135,6 +135,9 @@ class FixedForward:
         self.leased = False  # held by a runner (graphs only: see lease)
         self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
         self.captured: dict[tuple[int, bool], _Captured] = {}
+        # Other fixed-shape forwards over this buffer, captured in this model's pool and kept with it (early exit's
+        # layers k..L-1, decoders/selfdraft/upper.py): key -> what their owner captured; uses counted alike.
+        self.others: dict[tuple, object] = {}
         self.uses: dict[tuple[int, bool], int] = {}  # forwards run per (width, hidden): a graph from the second on
         self.pool = None  # one memory pool shared by every graph of this model
         self.counts = {"graph": 0, "eager": 0}
@@ -190,7 +193,7 @@ class FixedForward:
 
     def summary(self) -> dict:
         return {**self.counts, "widths": sorted(self.widths),
-                "captured": sorted({width for width, _ in self.captured}),
+                "captured": sorted({width for width, _ in self.captured} | {key[-1] for key in self.others}),
                 **({"bucket_ms": {w: round(t * 1e3, 3) for w, t in self.seconds.items()}} if self.seconds else {})}
 
     def _bucket_table(self) -> dict[int, float]:
@@ -238,6 +241,11 @@ class FixedForward:
     def _sync(self) -> None:
         if self._device().type == "cuda":
             torch.cuda.synchronize()
+
+    def replayable(self, width: int) -> bool:
+        """A forward of this width over this buffer may replay a graph now (graphs on, not paused, a bucket, every
+        layer's buffer allocated)."""
+        return self._replayable(width)
 
     def _replayable(self, width: int) -> bool:
         return (self.graphs and not self.paused and width in self.buckets
