@@ -1,5 +1,5 @@
-"""The prophet's draft step at one fixed shape (issue 46): decoders/drafters/prophet.FixedRound over
-decoders/runtime/steps.StepGraph.
+"""Self-drafters' draft steps at one fixed shape (issue 46), over decoders/runtime/steps.StepGraph: the prophet's
+(decoders/drafters/prophet.FixedRound) and early exit's later greedy steps (decoders/selfdraft/exit_step.py).
 
 With a fixed KV plan the prophet's round cache is one buffer and every draft step one row at a slot a device counter
 holds, so a step needs nothing from the host and one captured graph replays every step of every round. On the CPU the
@@ -111,6 +111,40 @@ def test_prophet_steps_are_captured_on_a_gpu(gpu_pair):
     for prompt in PROMPTS.values():
         baseline = generate(DecodeOptions(max_new_tokens=30, kv_cache="dynamic"), prompt, target=gpu_pair["target"])
         trace = generate(options_for("prophet", gpu_pair, cuda_graphs=True), prompt, target=gpu_pair["target"],
+                         draft=gpu_pair["draft"])
+        assert trace.output_ids == baseline.output_ids
+        assert trace.runtime["draft"]["graph"] > 0, trace.runtime
+
+
+def test_early_exit_drafts_its_later_steps_at_one_shape_with_the_same_drafts(cpu_pair):
+    """A fixed plan, eagerly: every greedy round's steps after the first run FixedExitStep (the stem over the
+    target's buffer, the block over its own), and each round drafts what the DynamicCache path drafts."""
+    options = options_for("early exit", cpu_pair, kv_cache="dynamic")
+    dynamic = generate(options, PROMPTS["long"], target=cpu_pair["target"], draft=cpu_pair["draft"])
+    fixed = generate(replace(options, kv_cache="fixed"), PROMPTS["long"], target=cpu_pair["target"],
+                     draft=cpu_pair["draft"])
+    assert fixed.output_ids == dynamic.output_ids
+    assert [[n.token for n in r.nodes] for r in fixed.rounds] == [[n.token for n in r.nodes] for r in dynamic.rounds]
+    steps = fixed.runtime["draft"]
+    assert steps["eager"] == sum(max(r.draft_forwards - 1, 0) for r in fixed.rounds) > 0 and steps["graph"] == 0
+
+
+def test_early_exit_runs_with_graphs_replay_its_draft_step(cpu_pair, emulated_graphs):
+    for temperature in (0.0, 1.0):
+        options = options_for("early exit", cpu_pair, kv_cache="fixed", temperature=temperature, seed=4)
+        eager = generate(options, PROMPTS["long"], target=cpu_pair["target"], draft=cpu_pair["draft"])
+        trace = generate(replace(options, cuda_graphs=True), PROMPTS["long"], target=cpu_pair["target"],
+                         draft=cpu_pair["draft"])
+        assert trace.output_ids == eager.output_ids, temperature
+        if temperature == 0.0:  # sampled chains draw host ints: their steps run as before
+            assert trace.runtime["draft"]["graph"] > 0, trace.runtime
+
+
+@needs_cuda
+def test_early_exit_draft_steps_are_captured_on_a_gpu(gpu_pair):
+    for prompt in PROMPTS.values():
+        baseline = generate(DecodeOptions(max_new_tokens=30, kv_cache="dynamic"), prompt, target=gpu_pair["target"])
+        trace = generate(options_for("early exit", gpu_pair, cuda_graphs=True), prompt, target=gpu_pair["target"],
                          draft=gpu_pair["draft"])
         assert trace.output_ids == baseline.output_ids
         assert trace.runtime["draft"]["graph"] > 0, trace.runtime

@@ -5,6 +5,9 @@ cache) and the target's final norm + LM head. Verification (`score`) does not ru
 already wrote their keys/values for every drafted token and kept their outputs h_k, so it runs layers k..L-1 over
 those h_k only. Between draft and verification the lower layers' cache slots hold the round's tokens and the upper
 ones do not; after `score` every slot holds the same N+1 entries and the loop's keep_path trims them all alike.
+With a fixed KV plan both halves run at fixed shapes (issue 46): a greedy chain's steps after the round's first
+(decoders/selfdraft/exit_step.py) and the verification (decoders/selfdraft/upper.py), each replayed as a captured
+graph with graphs on.
 """
 from __future__ import annotations
 
@@ -14,9 +17,14 @@ from transformers import DynamicCache
 from ..runtime import cache as kv
 from ..runtime.runner import CachedModel
 from ..selfdraft.heads import ExitBlock
+from ..runtime.buffers import BufferCache
+from ..selfdraft.exit_step import FixedExitStep
 from ..selfdraft.upper import UpperForward
 from ..selfdraft.stem import causal_mask, step_mask, stem_layers, target_rotary, upper_layers, run_layers
 from .base import Drafter, Proposal, draft_chain
+
+
+BLOCK_ROUND_ROOM = 64  # a fixed block buffer's room past the run's committed tokens: a round's fed drafts
 
 
 class EarlyExitDrafter(Drafter):
@@ -30,7 +38,9 @@ class EarlyExitDrafter(Drafter):
         self.rotary = target_rotary(model)
         self.upper_forward = UpperForward(model, self.k, self.rotary)  # score's layers k..L-1 at a fixed shape
         self.vocab = model.config.vocab_size
-        self.block_cache = DynamicCache(config=block.config)
+        self.plan = None  # the run's KV plan (use_kv): with a fixed one the block's cache is a buffer too
+        self.block_cache = self._new_block_cache()
+        self.fixed_step: FixedExitStep | None = None  # a greedy chain's later steps at one shape (fixed plans)
         self.rows: list[torch.Tensor] = []  # h_k (d,) of this round's nodes whose stem has run, in order
         self.unfed: list[torch.Tensor] = []  # h_k of committed tokens the block has not read yet
         self.fed = 0  # how many of this round's nodes the block has read
@@ -58,12 +68,29 @@ class EarlyExitDrafter(Drafter):
         positions = torch.arange(past, past + len(rows), device=hidden.device)[None]  # (1, n)
         logits = self.block(hidden, positions, step_mask(len(rows), past, hidden.dtype, hidden.device),
                             self.block_cache)[0, -1]  # (N|V,)
+        return self._full_vocab(logits)
+
+    def _full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """The block's logits (N|V,) over the target's vocabulary (V,): -inf outside a reduced draft vocabulary."""
         self.peak_bytes = max(self.peak_bytes, kv.bytes_held(self.block_cache))
         if self.block.vocab.vocab_ids is None:
             return logits
         full = torch.full((self.vocab,), -torch.inf, dtype=logits.dtype, device=logits.device)  # (V,)
         full[self.block.vocab.vocab_ids] = logits
         return full
+
+    def _new_block_cache(self):
+        """The block's own cache: a DynamicCache, or with a fixed plan a buffer with room for the run and a round."""
+        if self.plan is not None and self.plan.fixed:
+            return BufferCache(self.block.config, self.plan.capacity(BLOCK_ROUND_ROOM))
+        return DynamicCache(config=self.block.config)
+
+    def use_kv(self, plan) -> None:
+        """A fixed plan: the block's cache becomes a buffer and a greedy chain's later steps run at one shape
+        (FixedExitStep, replayed as a graph with graphs on)."""
+        self.plan = plan
+        self.block_cache = self._new_block_cache()
+        self.fixed_step = FixedExitStep(self, plan.graphs) if plan.fixed else None
 
     # ------------------------------------------------------------------ the drafter interface
 
@@ -88,6 +115,11 @@ class EarlyExitDrafter(Drafter):
         self.rows, self.fed = [], 0
 
         def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:
+            if self._at_one_shape(tokens):  # a greedy draft after the round's first: one token, never read
+                logits, h = self.fixed_step(tokens)  # (N|V,), (d,)
+                self.rows.append(h)
+                self.fed += 1
+                return self._full_vocab(logits)
             h = self._stem(tokens)  # (n, d)
             self.rows.extend(h)
             self.fed += len(tokens)
@@ -97,6 +129,10 @@ class EarlyExitDrafter(Drafter):
         proposal = draft_chain(step, [ids[-1]], limit, rule, warp, generator, record, tensors=True)
         self._drop_unsent(len(self.rows) - proposal.tree.size)
         return proposal
+
+    def _at_one_shape(self, tokens) -> bool:
+        return (self.fixed_step is not None and isinstance(tokens, torch.Tensor) and not self.unfed
+                and self.fixed_step.usable())
 
     def _drop_unsent(self, extra: int) -> None:
         """A device chain runs its steps past the rule's stop (decoders/drafters/base._chain_on_device) and drops
@@ -143,6 +179,12 @@ class EarlyExitDrafter(Drafter):
             self.unfed += list(self.rows[self.fed:keep])
         self.rows, self.fed = [], 0
 
+    def runtime(self) -> dict:
+        """With a fixed plan: the block's buffer and how the draft steps at one shape ran (graph or eager)."""
+        if self.fixed_step is None:
+            return {}
+        return {"draft": {"kv_cache": "fixed", "capacity": self.block_cache.capacity, **self.fixed_step.step.counts}}
+
     def summary(self) -> dict:
         total = self.k + len(self.upper)
         return {"self_draft": {"kind": "early-exit", "exit_layer": self.k, "target_layers": total, "block_layers": 1,
@@ -152,5 +194,7 @@ class EarlyExitDrafter(Drafter):
         return self.peak_bytes
 
     def close(self) -> None:
-        self.block_cache = DynamicCache(config=self.block.config)
+        self.block_cache = self._new_block_cache()
+        if self.fixed_step is not None:
+            self.fixed_step = FixedExitStep(self, self.plan.graphs)  # its graph read the old block buffer
         self.rows, self.unfed = [], []

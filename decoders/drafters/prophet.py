@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 from ..runtime import cache as kv
 from ..runtime.buffers import BufferCache
-from ..runtime.steps import StepGraph
+from ..runtime.steps import StepGraph, one_row_mask
 from ..selfdraft.heads import Prophet
 from ..selfdraft.stem import step_mask
 from ..tree import DraftTree
@@ -122,9 +122,7 @@ class FixedRound:
     def _step(self, embedded: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Tensor ops only (what a graph captures); writes at the slot and moves it on. -> ((N|V,), None)"""
         positions = self.slot.view(1, 1)  # (1, 1)
-        allowed = self.columns <= self.slot  # (S,) the round's rows so far and this one
-        mask = torch.zeros(allowed.shape, dtype=embedded.dtype, device=embedded.device).masked_fill(
-            ~allowed, torch.finfo(embedded.dtype).min)[None, None, None]  # (1, 1, 1, S)
+        mask = one_row_mask(self.slot, self.columns, embedded.dtype)  # (1, 1, 1, S): the round's rows up to this one
         with self.cache.fixed_write(self.slot.view(1), 0):  # lengths unused: the slot counter is the truth
             logits = self.model(embedded[None], positions, mask, self.cache)[0, -1]  # (N|V,)
         self.slot.add_(1)

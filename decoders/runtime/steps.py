@@ -48,3 +48,11 @@ class StepGraph:
         self.graph, self.outputs, self.pool = graphs.capture(lambda: self.forward(*self.inputs), self.pool)
         for tensor, value in zip(self.state, saved):  # the warm-ups and the capture moved it: the replay is the step
             tensor.copy_(value)
+
+
+def one_row_mask(at: torch.Tensor, columns: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask (1, 1, 1, S) of one row written at slot `at` (a () device tensor) of a buffer whose valid
+    prefix ends there: it sees slots 0..at (columns: (S,) arange) and nothing past them (stale or padding)."""
+    allowed = columns <= at  # (S,)
+    return torch.zeros(allowed.shape, dtype=dtype, device=columns.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min)[None, None, None]  # (1, 1, 1, S)
