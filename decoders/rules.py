@@ -1,11 +1,13 @@
 """Draft-length rules: how many tokens to draft this round, and when to stop early.
 
 Each rule is a small object: `limit()` before a round, `check()` before every drafted position after the first,
-`update()` after verification. A check is split in two so a chain can stay on the device (decoders/drafters/base.py):
-`measure(q)` takes what the rule judges from q as a small tensor on q's device (no host read), `decide(position,
-values)` is the verdict from those values once read. check() is the two in a row, so a chain that reads the measures
-of all its positions in one copy at the end and decides then gets exactly the verdicts a check at each step gave. Each returns plain dicts that land in the trace, so the UI can show the rule's
+`update()` after verification. Each returns plain dicts that land in the trace, so the UI can show the rule's
 internals (entropy, bound, λ, running acceptance) without guessing. decoders/registry.py builds them from options.
+
+A check is split in two so a chain can stay on the device (decoders/drafters/base.py): `measure(q)` takes what the
+rule judges from q as a small tensor on q's device (no host read), `decide(position, values)` is the verdict from
+those values once read. check() is the two in a row, so a chain that reads the measures of all its positions in one
+copy at the end and decides then gets exactly the verdicts a check at each step gave.
 """
 from __future__ import annotations
 

@@ -79,6 +79,37 @@ def test_a_judged_greedy_chain_on_the_device_equals_the_host_chain(stops_read_on
     assert stopped > 20 and extending > 0  # the rules stopped chains; a controller round read at each check
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_sampled_chain_on_the_device_draws_what_the_host_chain_draws(temperature, monkeypatch):
+    """At the check (the CPU) a sampled device chain makes the host chain's multinomial calls in the same order:
+    the same drafts, q rows, checks and stops from the same seed, and one read; on an accelerator it draws on past a
+    stop (later draws shift), the kept drafts still those of the same positions."""
+    from decoders.drafters import device_tree
+
+    warp = Warp(temperature)
+    for seed in range(8):
+        table = _table(seed)
+        step = lambda tokens: table[torch.as_tensor(tokens)[-1]]  # (V,)
+        for name, make in _rules().items():
+            monkeypatch.setattr(device_tree, "STOPS_READ_ON", AT_THE_CHECK)
+            host = draft_chain(step, [seed % V], 6, make(), warp, torch.Generator().manual_seed(seed), True)
+            counter, rule = HostReads(), make()
+            with counter.active():
+                device = draft_chain(step, [seed % V], 6, rule, warp, torch.Generator().manual_seed(seed), True,
+                                     tensors=True)
+            case = (seed, name)
+            assert (device.tree.tokens, device.tree.q_token, device.checks, device.reason) == \
+                   (host.tree.tokens, host.tree.q_token, host.checks, host.reason), case
+            assert device.tree.q_dists.keys() == host.tree.q_dists.keys(), case
+            assert all(torch.equal(device.tree.q_dists[i], host.tree.q_dists[i]) for i in host.tree.q_dists), case
+            if not rule.reads_each_check and rule.measure(torch.ones(V) / V) is None:
+                assert reads(counter.take()) == 1, case
+            monkeypatch.setattr(device_tree, "STOPS_READ_ON", ON_THE_DEVICE)
+            ahead = draft_chain(step, [seed % V], 6, make(), warp, torch.Generator().manual_seed(seed), True,
+                                tensors=True)
+            assert (ahead.tree.tokens, ahead.checks, ahead.reason) == (host.tree.tokens, host.checks, host.reason)
+
+
 def test_a_rules_check_is_its_measure_then_its_decision():
     """check() = decide(measure(q) read): the split the device chain reads in one copy, the same records."""
     q = torch.softmax(torch.tensor([2.0, 1.0, 0.5, 0.0]), -1)

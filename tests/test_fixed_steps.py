@@ -117,7 +117,7 @@ def test_prophet_steps_are_captured_on_a_gpu(gpu_pair):
 
 
 def test_early_exit_drafts_its_later_steps_at_one_shape_with_the_same_drafts(cpu_pair):
-    """A fixed plan, eagerly: every greedy round's steps after the first run FixedExitStep (the stem over the
+    """A fixed plan, eagerly: every round's draft steps after the first run FixedExitStep (the stem over the
     target's buffer, the block over its own), and each round drafts what the DynamicCache path drafts."""
     options = options_for("early exit", cpu_pair, kv_cache="dynamic")
     dynamic = generate(options, PROMPTS["long"], target=cpu_pair["target"], draft=cpu_pair["draft"])
@@ -136,8 +136,7 @@ def test_early_exit_runs_with_graphs_replay_its_draft_step(cpu_pair, emulated_gr
         trace = generate(replace(options, cuda_graphs=True), PROMPTS["long"], target=cpu_pair["target"],
                          draft=cpu_pair["draft"])
         assert trace.output_ids == eager.output_ids, temperature
-        if temperature == 0.0:  # sampled chains draw host ints: their steps run as before
-            assert trace.runtime["draft"]["graph"] > 0, trace.runtime
+        assert trace.runtime["draft"]["graph"] > 0, trace.runtime  # greedy and sampled chains feed device tokens
 
 
 @needs_cuda

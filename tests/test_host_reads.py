@@ -143,13 +143,13 @@ def test_the_counter_sees_each_kind_of_read():
 
 
 def test_host_reads_per_round_sampled(models, monkeypatch):
-    """At temperature 1 verification reads its draws node by node (decoders/verify.py) and the chains sample token
-    by token; the dynamic trees still draft with their one read (their candidates are top-k, not sampled)."""
+    """At temperature 1 verification reads its draws node by node (decoders/verify.py); the chains draw each draft
+    on the device and read once, and the dynamic trees draft with their one read (their candidates are top-k)."""
     from decoders.drafters import device_tree
 
     monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
     counts = {name: _counted(models["target"], make, depth, Warp(1.0))
               for name, (make, depth) in _drafters(models).items()}
     print("\nhost reads per round (temperature 1, recording on, rounds 2..n)\n" + table(counts))
-    for name in ("eagle2-head", "ddd-head", "eagle2", "ddd"):
+    for name in ("eagle2-head", "ddd-head", "eagle2", "ddd") + CHAINS:  # the chains draw on the device too
         assert max(reads(c, drafting=True) for c in counts[name]) == 1, (name, counts[name])  # 0: a budget-cut round

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..rules import DraftRule
-from ..sampling import Warp, raw_probs, sample
+from ..sampling import Warp, draw, raw_probs, sample
 from ..tree import DraftTree
 from . import device_tree
 
@@ -136,16 +136,16 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     The rule judges the distribution for position j before a token is drawn from it; at temperature 0 it judges
     the unwarped softmax (the warped one is one-hot, entropy 0, and would never stop). Returns a chain tree whose
     node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
-    tensors: `step` also takes a (1,) device tensor of the last token; then a greedy chain stays on the device
-    and is read once (_chain_on_device).
+    tensors: `step` also takes a (1,) device tensor of the last token; then the chain stays on the device and is
+    read once (_chain_on_device).
     """
     tree = DraftTree.root_only(first[-1])
     proposal = Proposal(tree, reason=DraftStop.LIMIT)
     if limit <= 0:
         proposal.reason = DraftStop.BUDGET
         return proposal
-    if tensors and warp.greedy:
-        return _chain_on_device(proposal, step, first, limit, rule, record)
+    if tensors:
+        return _chain_on_device(proposal, step, first, limit, rule, warp, generator, record)
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
     for position in range(1, limit + 1):
@@ -158,24 +158,27 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     return proposal
 
 
-def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None,
-                     record: bool) -> Proposal:
-    """A greedy chain whose tokens never leave the device until one read: each argmax feeds the next step as a (1,)
-    tensor, and the rule's measures of every position (rules.DraftRule.measure) come back in the same copy, where
-    its verdicts are decided in order, as a check at each step would have (the same tokens, checks and q).
+def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None, warp: Warp,
+                     generator: torch.Generator, record: bool) -> Proposal:
+    """A chain whose tokens never leave the device until one read: each argmax (or draw(): sample()'s multinomial
+    call, not read, so the same random stream) feeds the next step as a (1,) tensor, its q row stays on the device
+    for verification, and the rule's measures of every position (rules.DraftRule.measure) come back in the same
+    copy, where its verdicts are decided in order, as a check at each step would have (the same tokens, checks, q).
 
     The rule's stop, as device_tree.py's DDD stop: on an accelerator the steps run up to the limit (the host cannot
     stop them without waiting) and the positions after the first stop are dropped when read, their forwards still
     counted (a drafter with state of its own trims what they fed); on a device in STOPS_READ_ON (the CPU, where a
     read waits for nothing), or for a rule that reads_each_check, the measures are read at each check and drafting
-    stops there, as the host chain did."""
-    tokens, shown, measured = [], [], []  # per position: (1,) token, (1,) its unwarped probability, (k,) measures
+    stops there, as the host chain did (drafts past a stop are drawn there too: a sampled run's later draws shift,
+    each still a fresh draw, so it stays lossless; on the CPU it draws exactly what the host chain drew)."""
+    tokens, shown, measured, qs = [], [], [], []  # per position: (1,) token, (1,) q of it, (k,) measures, (V,) q
     decided: list[tuple[bool, dict]] = []  # the rule's verdicts, when read at each check
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
     at_check = rule is not None and (rule.reads_each_check or logits.device.type in device_tree.STOPS_READ_ON)
     for position in range(1, limit + 1):
-        judged = raw_probs(logits) if record or rule is not None else None  # (V,) what the rule judges at 0
+        q = None if warp.greedy else warp.probs(logits)  # (V,) the distribution a sampled draft is drawn from
+        judged = q if q is not None else raw_probs(logits) if record or rule is not None else None  # (V,) greedy: raw
         measure = rule.measure(judged) if rule is not None else None  # (k,) float64 on the device, or None
         if measure is not None and at_check:
             decided.append(rule.decide(position, measure.tolist()))  # one read a check
@@ -183,8 +186,9 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
                 break
         elif measure is not None:
             measured.append(measure)
-        token = logits.argmax(-1, keepdim=True)  # (1,)
+        token = logits.argmax(-1, keepdim=True) if q is None else draw(q, generator)  # (1,)
         tokens.append(token)
+        qs.append(q)
         if record:
             shown.append(judged[token])  # (1,)
         if position < limit:
@@ -192,7 +196,7 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
             proposal.forwards += 1
     host = torch.cat([t.double() for t in tokens + shown + measured]).cpu().tolist()  # the drafter's one read
     n = len(tokens)
-    drafted, q = host[:n], host[n:2 * n] if record else [None] * n
+    drafted, q_token = host[:n], host[n:2 * n] if record else [None] * n
     verdicts = decided or _decide_read(rule, host[(2 if record else 1) * n:], n)
     for position, (stop, check) in enumerate(verdicts, start=1):  # in order, up to the first stop
         if record:
@@ -200,7 +204,9 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
         if stop:
             proposal.reason = DraftStop.RULE
             break
-        proposal.tree.add(position - 1, int(drafted[position - 1]), q[position - 1])
+        node = proposal.tree.add(position - 1, int(drafted[position - 1]), q_token[position - 1])
+        if qs[position - 1] is not None:
+            proposal.tree.q_dists[node - 1] = qs[position - 1]  # children of node-1 were drawn from q
     return proposal
 
 

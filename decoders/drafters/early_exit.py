@@ -5,7 +5,7 @@ cache) and the target's final norm + LM head. Verification (`score`) does not ru
 already wrote their keys/values for every drafted token and kept their outputs h_k, so it runs layers k..L-1 over
 those h_k only. Between draft and verification the lower layers' cache slots hold the round's tokens and the upper
 ones do not; after `score` every slot holds the same N+1 entries and the loop's keep_path trims them all alike.
-With a fixed KV plan both halves run at fixed shapes (issue 46): a greedy chain's steps after the round's first
+With a fixed KV plan both halves run at fixed shapes (issue 46): a chain's draft steps after the round's first
 (decoders/selfdraft/exit_step.py) and the verification (decoders/selfdraft/upper.py), each replayed as a captured
 graph with graphs on.
 """
@@ -40,7 +40,7 @@ class EarlyExitDrafter(Drafter):
         self.vocab = model.config.vocab_size
         self.plan = None  # the run's KV plan (use_kv): with a fixed one the block's cache is a buffer too
         self.block_cache = self._new_block_cache()
-        self.fixed_step: FixedExitStep | None = None  # a greedy chain's later steps at one shape (fixed plans)
+        self.fixed_step: FixedExitStep | None = None  # a chain's later draft steps at one shape (fixed plans)
         self.rows: list[torch.Tensor] = []  # h_k (d,) of this round's nodes whose stem has run, in order
         self.unfed: list[torch.Tensor] = []  # h_k of committed tokens the block has not read yet
         self.fed = 0  # how many of this round's nodes the block has read
@@ -51,7 +51,7 @@ class EarlyExitDrafter(Drafter):
 
     @torch.inference_mode()
     def _stem(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
-        """Layers 0..k-1 over `tokens` (a list, or a device tensor: a greedy chain's last draft, never read) after the
+        """Layers 0..k-1 over `tokens` (a list, or a device tensor: a chain's last draft, never read) after the
         lower cache; appends to those slots. -> h_k (n, d)"""
         past = self.target.cache.layers[0].get_seq_length()
         ids = torch.as_tensor(tokens, device=self.target.device)[None]  # (1, n)
@@ -86,7 +86,7 @@ class EarlyExitDrafter(Drafter):
         return DynamicCache(config=self.block.config)
 
     def use_kv(self, plan) -> None:
-        """A fixed plan: the block's cache becomes a buffer and a greedy chain's later steps run at one shape
+        """A fixed plan: the block's cache becomes a buffer and a chain's later steps run at one shape
         (FixedExitStep, replayed as a graph with graphs on)."""
         self.plan = plan
         self.block_cache = self._new_block_cache()
@@ -115,7 +115,7 @@ class EarlyExitDrafter(Drafter):
         self.rows, self.fed = [], 0
 
         def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:
-            if self._at_one_shape(tokens):  # a greedy draft after the round's first: one token, never read
+            if self._at_one_shape(tokens):  # a draft after the round's first: one token, never read
                 logits, h = self.fixed_step(tokens)  # (N|V,), (d,)
                 self.rows.append(h)
                 self.fed += 1

@@ -48,7 +48,7 @@ class ProphetDrafter(Drafter):
         cache = fixed.start_round() if fixed is not None else DynamicCache(config=self.model.config)
         first = [True]
 
-        def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:  # a list, or a greedy chain's (1,) draft
+        def step(tokens: list[int] | torch.Tensor) -> torch.Tensor:  # a list, or a device chain's (1,) draft
             ids = torch.as_tensor(tokens, device=self.feature.device)  # (n,)
             if first[0]:  # [W [f_t ; E(x_{t+1})]]: the pending token joins the feature in one input
                 embedded = self.model.first_input(self.feature[None], ids[:1])  # (1, d)

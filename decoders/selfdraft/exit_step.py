@@ -1,12 +1,12 @@
 """Early exit's draft step at one fixed shape (issue 46): layers 0..k-1 and the exit block over one token.
 
 With a fixed KV plan the target's cache is a buffer (decoders/runtime/buffers.py) and the block's own cache is one
-too, so a greedy chain's draft step after the round's first (one token, a device tensor the chain never read) can
-run at one shape: the stem writes its keys at the lower layers' next slot and attends over the whole target buffer
+too, so a chain's draft step after the round's first (one token, a device tensor the chain never read) can run at
+one shape: the stem writes its keys at the lower layers' next slot and attends over the whole target buffer
 up to it, the block likewise over its own buffer, and the slots come from two () device tensors the host fills from
 the lengths it keeps (a fill launches, nothing is copied or read). Replayed as one captured graph with graphs on
 (decoders/runtime/steps.StepGraph), eagerly otherwise. The round's first step (the pending token plus the rows the
-block has not read yet, a width that varies) and sampled chains (their tokens are host ints) run as before.
+block has not read yet, a width that varies) runs as before.
 """
 from __future__ import annotations
 
