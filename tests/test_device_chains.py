@@ -174,3 +174,30 @@ def test_chain_drafters_on_the_device_stay_exact_and_record_the_same_checks(mode
                    [(r.n_drafted, r.n_accepted, [n.token for n in r.nodes], r.rule) for r in host.rounds], name
             stops += sum(r.draft_forwards > h.draft_forwards for r, h in zip(device.rounds, host.rounds))
     assert stops > 0  # some rounds stopped inside the limit, and the device runs drafted on past the stop
+
+
+@pytest.mark.parametrize("name", ["draft model, AdaEDL", "layer skip", "early exit", "prophet"])
+def test_chains_running_past_their_stop_on_fixed_buffers_stay_exact(name, monkeypatch, tmp_path):
+    """As on a GPU (steps run to the limit, positions past the stop dropped when read) over fixed-shape buffers,
+    greedy and sampled: greedy equals the baseline; sampled equals itself over two runs (the same draws)."""
+    from dataclasses import replace
+
+    from kv_helpers import PROMPTS as KV_PROMPTS
+    from kv_helpers import drafter_pair, options_for
+
+    from decoders import DecodeOptions, generate
+    from decoders.drafters import device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", ON_THE_DEVICE)
+    pair = drafter_pair(tmp_path)
+    options = replace(options_for(name, pair, kv_cache="fixed"), rule="adaedl", max_draft=5)
+    ahead = 0
+    for prompt in KV_PROMPTS.values():
+        greedy = generate(options, prompt, target=pair["target"], draft=pair["draft"])
+        ahead += sum(r.rule["reason"] == "rule" and r.draft_forwards == r.rule["limit"] for r in greedy.rounds)
+        baseline = generate(DecodeOptions(max_new_tokens=options.max_new_tokens), prompt, target=pair["target"])
+        assert greedy.output_ids == baseline.output_ids, name
+        sampled = [generate(replace(options, temperature=1.0, seed=2), prompt, target=pair["target"],
+                            draft=pair["draft"]).output_ids for _ in range(2)]
+        assert sampled[0] == sampled[1], name
+    assert ahead > 0  # rounds the rule stopped inside the limit while the steps ran on to it
