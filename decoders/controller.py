@@ -270,12 +270,12 @@ class CostAwareRule(DraftRule):
             schedule.max_draft = max(cap, 1)
         return bound
 
-    @property
-    def reads_each_check(self) -> bool:
+    def reads_at(self, position: int) -> bool:
         """Past its cap the round drafts on up to MAX_CAP while each position pays, and stops where one does not,
         usually a few positions on: a device chain that read once after its limit would run every one of those
-        forwards, so an extending round reads the measures at each check instead (one read a position)."""
-        return self.last.get("bound", 0) > self.last.get("cap", 0)
+        forwards, so past the cap the measures are read at each check (up to the cap they wait: the plan)."""
+        cap = self.last.get("cap", 0)
+        return position > cap and self.last.get("bound", 0) > cap
 
     def measure(self, q: torch.Tensor) -> torch.Tensor | None:
         return self.inner.measure(q)

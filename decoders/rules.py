@@ -29,12 +29,15 @@ class DraftRule:
     def limit(self) -> int:
         raise NotImplementedError
 
-    reads_each_check = False  # True: a device chain reads the measures at each check, not once after its limit
-
     def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
         """Stop before drafting `position` (1-based)? q: (V,) the distribution the rule should judge."""
         measured = self.measure(q)  # (k,) float64, or None: the rule judges nothing in q
         return self.decide(position, [] if measured is None else measured.tolist())
+
+    def reads_at(self, position: int) -> bool:
+        """Read the measures at this position's check even on an accelerator, so a stop there ends drafting at once
+        (decoders/drafters/base._chain_on_device); by default they are read once, after the chain's limit."""
+        return False
 
     def measure(self, q: torch.Tensor) -> torch.Tensor | None:
         """What `decide` needs from q (V,), as a (k,) float64 tensor on q's device, computed without a host read;

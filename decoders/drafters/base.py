@@ -168,24 +168,19 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
     The rule's stop, as device_tree.py's DDD stop: on an accelerator the steps run up to the limit (the host cannot
     stop them without waiting) and the positions after the first stop are dropped when read, their forwards still
     counted (a drafter with state of its own trims what they fed); on a device in STOPS_READ_ON (the CPU, where a
-    read waits for nothing), or for a rule that reads_each_check, the measures are read at each check and drafting
-    stops there, as the host chain did (drafts past a stop are drawn there too: a sampled run's later draws shift,
-    each still a fresh draw, so it stays lossless; on the CPU it draws exactly what the host chain drew)."""
-    tokens, shown, measured, qs = [], [], [], []  # per position: (1,) token, (1,) q of it, (k,) measures, (V,) q
-    decided: list[tuple[bool, dict]] = []  # the rule's verdicts, when read at each check
+    read waits for nothing), and at the positions a rule reads_at (the controller past its cap), the measures are
+    read at the check and drafting stops there, as the host chain did (drafts past a stop are drawn there too: a
+    sampled run's later draws shift, each still a fresh draw, so it stays lossless; on the CPU it draws exactly
+    what the host chain drew)."""
+    tokens, shown, qs = [], [], []  # per position: (1,) token, (1,) q of it, (V,) q (sampled) or None
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
-    at_check = rule is not None and (rule.reads_each_check or logits.device.type in device_tree.STOPS_READ_ON)
+    verdicts = _Verdicts(rule, at_every_check=logits.device.type in device_tree.STOPS_READ_ON)
     for position in range(1, limit + 1):
         q = None if warp.greedy else warp.probs(logits)  # (V,) the distribution a sampled draft is drawn from
         judged = q if q is not None else raw_probs(logits) if record or rule is not None else None  # (V,) greedy: raw
-        measure = rule.measure(judged) if rule is not None else None  # (k,) float64 on the device, or None
-        if measure is not None and at_check:
-            decided.append(rule.decide(position, measure.tolist()))  # one read a check
-            if decided[-1][0]:
-                break
-        elif measure is not None:
-            measured.append(measure)
+        if verdicts.judge(position, judged):
+            break
         token = logits.argmax(-1, keepdim=True) if q is None else draw(q, generator)  # (1,)
         tokens.append(token)
         qs.append(q)
@@ -194,11 +189,11 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
         if position < limit:
             logits = step(token)  # (V,) for the next position
             proposal.forwards += 1
-    host = torch.cat([t.double() for t in tokens + shown + measured]).cpu().tolist()  # the drafter's one read
+    host = torch.cat([t.double() for t in tokens + shown + verdicts.pending]).cpu().tolist()  # the drafter's one read
     n = len(tokens)
     drafted, q_token = host[:n], host[n:2 * n] if record else [None] * n
-    verdicts = decided or _decide_read(rule, host[(2 if record else 1) * n:], n)
-    for position, (stop, check) in enumerate(verdicts, start=1):  # in order, up to the first stop
+    verdicts.finish(n, host[(2 if record else 1) * n:])
+    for position, (stop, check) in enumerate(verdicts.decided, start=1):  # in order, up to the first stop
         if record:
             proposal.checks.append(check)
         if stop:
@@ -210,16 +205,49 @@ def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rul
     return proposal
 
 
-def _decide_read(rule: DraftRule | None, values: list[float], n: int) -> Iterator[tuple[bool, dict]]:
-    """The verdicts of positions 1..n from their measures read in one copy (k values each; none for a rule that
-    measures nothing), lazily: a rule with state (the cost controller) decides each position once, in order, and
-    none after its first stop."""
-    k = len(values) // n if n else 0
-    for position in range(1, n + 1):
-        if rule is None:
-            yield False, {"position": position, "stop": False}
-        else:
-            yield rule.decide(position, values[(position - 1) * k:position * k])
+class _Verdicts:
+    """A device chain's rule verdicts, position by position in order: each position's measures wait on the device
+    until a read decides them (a check that reads, or the chain's one read at the end); a rule with state (the cost
+    controller) decides each position once, in order, and none after its first stop."""
+
+    def __init__(self, rule: DraftRule | None, at_every_check: bool):
+        self.rule, self.at_every_check = rule, at_every_check
+        self.pending: list[torch.Tensor] = []  # (k,) float64 measures of the positions not decided yet
+        self.decided: list[tuple[bool, dict]] = []  # (stop, the trace's record) of positions 1, 2, ...
+
+    def judge(self, position: int, judged: torch.Tensor | None) -> bool:
+        """Measure `position` (before its token is drawn); read and decide what waits if this check reads. True: a
+        decided position stopped the chain."""
+        measure = self.rule.measure(judged) if self.rule is not None else None  # (k,) or None: judges nothing
+        if measure is None:
+            return False
+        self.pending.append(measure)
+        if not (self.at_every_check or self.rule.reads_at(position)):
+            return False
+        values = torch.cat(self.pending).tolist()  # one read at this check
+        self.pending = []
+        self._decide(values, len(values) // measure.shape[0])
+        return self.stopped
+
+    def finish(self, drafted: int, values: list[float]) -> None:
+        """After the one read: decide the positions still waiting (a rule that measures nothing decides from no
+        values), up to `drafted` and the one after it, where a stop may wait."""
+        if not self.stopped:
+            self._decide(values, len(self.pending) or max(0, drafted - len(self.decided)))
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.decided) and self.decided[-1][0]
+
+    def _decide(self, values: list[float], count: int) -> None:
+        k = len(values) // count if count else 0
+        for i in range(count):
+            position = len(self.decided) + 1
+            verdict = (self.rule.decide(position, values[i * k:(i + 1) * k]) if self.rule is not None
+                       else (False, {"position": position, "stop": False}))
+            self.decided.append(verdict)
+            if verdict[0]:
+                return
 
 
 def draft_position(proposal: Proposal, position: int, logits: torch.Tensor, rule: DraftRule, warp: Warp,
