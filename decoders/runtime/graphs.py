@@ -157,7 +157,7 @@ class FixedForward:
     @torch.inference_mode()
     def __call__(self, tokens: list[int] | torch.Tensor, parents: list[int], hidden: bool = False):
         """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more.
-        tokens: a list, or an (n,) tensor on the model's device (a greedy chain's draft): the host packs the rest
+        tokens: a list, or an (n,) tensor on the model's device (a device chain's draft): the host packs the rest
         and the ids are written into the packed input on the device, so the forward reads nothing back."""
         n = len(tokens)
         if self.choose_by_time and self.seconds is None and self._replayable(max(self.buckets)):

@@ -63,7 +63,7 @@ class CachedModel:
     @torch.inference_mode()
     def forward(self, tokens: list[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Causal forward over `tokens` after the cache. Returns logits (n, V), or (1, V) if last_only.
-        tokens: a list, or an (n,) tensor on the model's device (a greedy chain's draft, never read to the host)."""
+        tokens: a list, or an (n,) tensor on the model's device (a device chain's draft, never read to the host)."""
         if self.fixed is not None:
             logits, _ = self.fixed(tokens, list(range(-1, len(tokens) - 1)))  # (n, V): a chain
             self._note_peak()
