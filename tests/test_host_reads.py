@@ -69,7 +69,7 @@ def _drafters(models) -> dict:
     }
 
 
-def _counted(lm, make, depth: int, warp: Warp, rule=None):
+def _counted(lm, make, depth: int, warp: Warp, rule=None, plan=None):
     from decoders import api
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
@@ -78,8 +78,10 @@ def _counted(lm, make, depth: int, warp: Warp, rule=None):
 
     options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
-    runner = CachedModel(lm.model)
+    runner = CachedModel(lm.model, plan, widest=64) if plan is not None else CachedModel(lm.model)
     counter, drafter = HostReads(), make(runner)
+    if plan is not None:
+        drafter.use_kv(plan)  # as decoders/api.py does before a run
     propose = drafter.propose
 
     def counted_propose(*args, **kwargs):
@@ -125,6 +127,26 @@ def test_greedy_chains_judged_by_a_rule_read_twice_a_round(models, monkeypatch, 
     print(f"\nhost reads per round (greedy, {rule}, recording on, rounds 2..n)\n" + table(counts))
     for name in CHAINS:
         assert counts[name] and max(reads(c) for c in counts[name]) <= DEVICE_READS, (name, counts[name])
+
+
+def test_chains_on_fixed_buffers_read_twice_a_round(models, monkeypatch):
+    """Fixed-shape forwards (kv_cache="fixed": the draft model's and target's at bucketed widths, early exit's
+    layers k..L-1 and draft steps, the prophet's round buffer) add no read: still two a round, greedy and sampled."""
+    from decoders.drafters import device_tree
+    from decoders.rules import AdaEDLRule, LambdaSchedule
+    from decoders.runtime.buffers import KVPlan
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    plan = KVPlan("fixed", committed=len(PROMPTS[1]) + LENGTH)
+    drafters = _drafters(models)
+    counts = {name: _counted(models["target"], drafters[name][0], 4, Warp(0.0), AdaEDLRule(LambdaSchedule(0.4, 4)),
+                             plan) for name in CHAINS}
+    print("\nhost reads per round (greedy, adaedl, kv_cache fixed, rounds 2..n)\n" + table(counts))
+    for name in CHAINS:
+        assert counts[name] and max(reads(c) for c in counts[name]) <= DEVICE_READS, (name, counts[name])
+    sampled = {name: _counted(models["target"], drafters[name][0], 4, Warp(1.0), plan=plan) for name in CHAINS}
+    for name in CHAINS:
+        assert max(reads(c, drafting=True) for c in sampled[name]) == 1, (name, sampled[name])
 
 
 def test_the_counter_sees_each_kind_of_read():
