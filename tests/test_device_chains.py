@@ -203,3 +203,27 @@ def test_chains_running_past_their_stop_on_fixed_buffers_stay_exact(name, monkey
                             draft=pair["draft"]).output_ids for _ in range(2)]
         assert sampled[0] == sampled[1], name
     assert ahead > 0  # rounds the rule stopped inside the limit while the steps ran on to it
+
+
+def test_a_chain_that_draws_past_its_stop_still_samples_the_target(monkeypatch):
+    """Lossless as on a GPU: the draft model draws every position up to the limit and the positions after AdaEDL's
+    stop are dropped when read (their draws are spent, so later draws shift); the first two output tokens still
+    follow the target's distribution (chi-square over every pair, as tests/test_self_drafters.py)."""
+    from chi_square import chi_square_pvalue
+    from test_self_drafters import run_with
+    from tree_helpers import BOUND, PROMPT, VOCAB, exact_pairs, small_models
+
+    from decoders.drafters import DraftModelDrafter, device_tree
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", ON_THE_DEVICE)
+    small = small_models()
+    lm, draft = small["target"], small["noisy"].model
+    counts, stops = torch.zeros(VOCAB, VOCAB), 0
+    for seed in range(500):
+        trace = run_with(lambda runner: DraftModelDrafter(draft), lm, PROMPT, 4, AdaEDLRule(LambdaSchedule(0.7, 3)),
+                         Warp(1.0), seed=seed)  # 4 tokens: the first round may draft 3 (2 leave room for 1)
+        counts[trace.output_ids[0], trace.output_ids[1]] += 1
+        stops += trace.rounds[0].rule["reason"] == "rule"
+    assert stops > 50  # the rule stopped inside the limit in many runs, drafts past it drawn and dropped
+    pvalue = chi_square_pvalue(counts, exact_pairs(lm, Warp(1.0)))
+    assert pvalue > BOUND, f"chi-square p = {pvalue:.2e}"
