@@ -2,9 +2,11 @@
 
 Every drafter runs the one loop on tiny float32 models with recording on (the app's case); tests/host_reads.py
 counts the Python calls that would wait for a GPU (item, tolist, cpu, bool/int/float of a tensor, ...) between two
-rounds' yields. The EAGLE-head trees (EAGLE-2, DDD) must stay within 2 reads a round: one for the drafter (its
-tokens, parents and the trace's pool in one copy) and one for the verifier (decoders/readout.py). The others are held
-at today's counts, so a change can lower them but not raise them. `pytest -s` prints the table.
+rounds' yields. The dynamic trees (EAGLE-2, DDD) and every chain (draft model, layer skip, early exit, prophet) must
+stay within 2 reads a round: one for the drafter (its tokens, parents or q, the rule's measures and the trace's pool
+in one copy) and one for the verifier (decoders/readout.py), also under a rule that judges q (AdaEDL,
+max-confidence) and on fixed-shape buffers. The others are held at today's counts, so a change can lower them but
+not raise them. `pytest -s` prints the table.
 """
 from __future__ import annotations
 
