@@ -183,7 +183,7 @@ class EarlyExitDrafter(Drafter):
         """With a fixed plan: the block's buffer and how the draft steps at one shape ran (graph or eager)."""
         if self.fixed_step is None:
             return {}
-        return {"draft": {"kv_cache": "fixed", "capacity": self.block_cache.capacity, **self.fixed_step.step.counts}}
+        return {"draft": self.fixed_step.step.summary(self.block_cache.capacity)}
 
     def summary(self) -> dict:
         total = self.k + len(self.upper)

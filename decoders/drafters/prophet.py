@@ -78,8 +78,7 @@ class ProphetDrafter(Drafter):
 
     def runtime(self) -> dict:
         """The prophet's steps, for the trace: how many replayed a graph, with a fixed plan."""
-        return {"draft": {"kv_cache": "fixed", "capacity": self.fixed.capacity, **self.fixed.step.counts}} \
-            if self.fixed is not None else {}
+        return {"draft": self.fixed.step.summary(self.fixed.capacity)} if self.fixed is not None else {}
 
     def summary(self) -> dict:
         from ..runtime.runner import decoder_layers

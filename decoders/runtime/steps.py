@@ -42,6 +42,11 @@ class StepGraph:
         self.counts["graph"] += 1
         return tuple(None if out is None else out.clone() for out in self.outputs)  # the next replay overwrites
 
+    def summary(self, capacity: int) -> dict:
+        """The trace's runtime record of these steps (Trace.runtime; app/figures/runtime.py draws it): one row a
+        step, so width 1."""
+        return {"kv_cache": "fixed", "capacity": capacity, **self.counts, "widths": [1] if self.calls else []}
+
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> None:
         self.inputs = tuple(value.clone() for value in inputs)
         saved = [tensor.clone() for tensor in self.state]
