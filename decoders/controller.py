@@ -270,8 +270,18 @@ class CostAwareRule(DraftRule):
             schedule.max_draft = max(cap, 1)
         return bound
 
-    def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
-        stop, record = self.inner.check(position, q)
+    def reads_at(self, position: int) -> bool:
+        """Past its cap the round drafts on up to MAX_CAP while each position pays, and stops where one does not,
+        usually a few positions on: a device chain that read once after its limit would run every one of those
+        forwards, so past the cap the measures are read at each check (up to the cap they wait: the plan)."""
+        cap = self.last.get("cap", 0)
+        return position > cap and self.last.get("bound", 0) > cap
+
+    def measure(self, q: torch.Tensor) -> torch.Tensor | None:
+        return self.inner.measure(q)
+
+    def decide(self, position: int, values: list[float]) -> tuple[bool, dict]:
+        stop, record = self.inner.decide(position, values)
         bound, lam = record.get("bound"), record.get("lam")
         doubtful = stop or (bound is not None and lam is not None and bound < lam)  # position 1: what it would say
         if position > self.last.get("cap", position):  # past the plan: only a sure token that pays

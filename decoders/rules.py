@@ -3,6 +3,11 @@
 Each rule is a small object: `limit()` before a round, `check()` before every drafted position after the first,
 `update()` after verification. Each returns plain dicts that land in the trace, so the UI can show the rule's
 internals (entropy, bound, λ, running acceptance) without guessing. decoders/registry.py builds them from options.
+
+A check is split in two so a chain can stay on the device (decoders/drafters/base.py): `measure(q)` takes what the
+rule judges from q as a small tensor on q's device (no host read), `decide(position, values)` is the verdict from
+those values once read. check() is the two in a row, so a chain that reads the measures of all its positions in one
+copy at the end and decides then gets exactly the verdicts a check at each step gave.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import entropy
+from .sampling import entropy_of
 
 
 class DraftRule:
@@ -26,6 +31,22 @@ class DraftRule:
 
     def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
         """Stop before drafting `position` (1-based)? q: (V,) the distribution the rule should judge."""
+        measured = self.measure(q)  # (k,) float64, or None: the rule judges nothing in q
+        return self.decide(position, [] if measured is None else measured.tolist())
+
+    def reads_at(self, position: int) -> bool:
+        """Read the measures at this position's check even on an accelerator, so a stop there ends drafting at once
+        (decoders/drafters/base._chain_on_device); by default they are read once, after the chain's limit."""
+        return False
+
+    def measure(self, q: torch.Tensor) -> torch.Tensor | None:
+        """What `decide` needs from q (V,), as a (k,) float64 tensor on q's device, computed without a host read;
+        None for a rule that never looks at q (static γ, the heuristic)."""
+        return None
+
+    def decide(self, position: int, values: list[float]) -> tuple[bool, dict]:
+        """The verdict before drafting `position` from measure(q)'s values read to the host ([] if it measures
+        nothing): (stop, the trace's record). Called once per position, in order, up to the first stop."""
         return False, {"position": position, "stop": False}
 
     def update(self, n_accepted: int, n_drafted: int) -> dict:
@@ -132,8 +153,11 @@ class AdaEDLRule(DraftRule):
     def limit(self) -> int:
         return self.schedule.max_draft
 
-    def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
-        h = entropy(q)
+    def measure(self, q: torch.Tensor) -> torch.Tensor:
+        return entropy_of(q).double()[None]  # (1,) H(q) in nats
+
+    def decide(self, position: int, values: list[float]) -> tuple[bool, dict]:
+        h = values[0]
         bound = 1.0 - math.sqrt(self.gamma_e * h)
         stop = position > 1 and bound < self.schedule.lam  # the first position is always drafted
         return stop, {"position": position, "entropy": h, "bound": bound, "lam": self.schedule.lam, "stop": stop}
@@ -157,8 +181,11 @@ class MaxConfidenceRule(DraftRule):
     def limit(self) -> int:
         return self.schedule.max_draft
 
-    def check(self, position: int, q: torch.Tensor) -> tuple[bool, dict]:
-        confidence = float(q.max())
+    def measure(self, q: torch.Tensor) -> torch.Tensor:
+        return q.max().double()[None]  # (1,) max_x q(x)
+
+    def decide(self, position: int, values: list[float]) -> tuple[bool, dict]:
+        confidence = values[0]
         stop = position > 1 and confidence < self.schedule.lam
         return stop, {"position": position, "confidence": confidence, "bound": confidence,
                       "lam": self.schedule.lam, "stop": stop}

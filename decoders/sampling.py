@@ -61,7 +61,13 @@ def seeded_generator(device: torch.device | str, seed: int) -> torch.Generator:
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     """Draw one token id from a (V,) distribution with the run's generator (both on the same device)."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return int(draw(probs, generator))
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """sample() left on the device: the (1,) token id, not read (a chain feeds it to its next step); the same
+    multinomial call, so the same random stream."""
+    return torch.multinomial(probs, 1, generator=generator)
 
 
 def uniform(generator: torch.Generator) -> float:
@@ -71,5 +77,11 @@ def uniform(generator: torch.Generator) -> float:
 
 def entropy(probs: torch.Tensor) -> float:
     """Shannon entropy in nats of a (V,) distribution."""
+    return float(entropy_of(probs))
+
+
+def entropy_of(probs: torch.Tensor) -> torch.Tensor:
+    """entropy() left on the distribution's device: a () tensor, no host read (a chain's rule measures it per
+    position and reads every position's at once)."""
     logp = torch.log(probs.clamp_min(1e-30))  # (V,)
-    return float(-(probs * logp).sum())
+    return -(probs * logp).sum()  # ()

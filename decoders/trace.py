@@ -33,8 +33,9 @@ Trace
                              layer, None for dynamic), and for "fixed" the forwards that replayed a CUDA graph
                              ("graph") or ran eagerly ("eager") and the padded widths used (decoders/runtime/graphs.py).
                              An EAGLE head's "draft" counts its tree levels' steps, each at a fixed shape over its own
-                             buffer (decoders/drafters/head_step.py; widths = frontier sizes). Every other forward
-                             (early exit's layers, a prophet, a draft model's tree frontiers) runs eagerly.
+                             buffer (decoders/drafters/head_step.py; widths = frontier sizes). Early exit's verification
+                             (layers k..L-1) counts as a target forward there. Every other forward (early exit's and a
+                             prophet's draft steps, a draft model's tree frontiers) runs eagerly.
 
 Provenance of an output token: "accepted" (a draft token the target accepted), "resampled" (drawn from the
 residual norm(max(p - q, 0)) after a rejection), "bonus" (drawn from p after every draft on the path was

@@ -233,7 +233,7 @@ class Doubting(StaticRule):
 
     name = "adaedl"
 
-    def check(self, position, q):
+    def decide(self, position, values):  # the verdict seam (rules.DraftRule.decide)
         return position > 1, {"position": position, "bound": 0.3, "lam": 0.5, "stop": position > 1}
 
 

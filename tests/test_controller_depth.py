@@ -79,7 +79,7 @@ class Judging(StaticRule):
         super().__init__(8)
         self.sure = sure
 
-    def check(self, position, q):
+    def decide(self, position, values):  # the verdict seam (rules.DraftRule.decide)
         bound = 0.9 if self.sure(position) else 0.3
         stop = position > 1 and bound < 0.5
         return stop, {"position": position, "bound": bound, "lam": 0.5, "stop": stop}

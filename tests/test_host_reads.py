@@ -2,10 +2,12 @@
 
 Every drafter runs the one loop on tiny float32 models with recording on (the app's case); tests/host_reads.py
 counts the Python calls that would wait for a GPU (item, tolist, cpu, bool/int/float of a tensor, ...) between two
-rounds' yields. The trees (EAGLE-1, EAGLE-2, DDD; head or draft model) must stay within 2 reads a round, greedy
-and sampled: one for the drafter (its tokens, parents and the trace's pool in one copy) and one for the verifier
-(decoders/readout.py, which at temperature > 0 also brings back the sampled walk). The others, and every drafter's
-uploads, are held at today's counts, so a change can lower them but not raise them. `pytest -s` prints the tables.
+rounds' yields. The trees (EAGLE-1, EAGLE-2, DDD; head or draft model) and every chain (draft model, layer skip,
+early exit, prophet) must stay within 2 reads a round, greedy and sampled: one for the drafter (its tokens, parents
+or q, the rule's measures and the trace's pool in one copy) and one for the verifier (decoders/readout.py, which at
+temperature > 0 also brings back the sampled walk), also under a rule that judges q (AdaEDL, max-confidence) and on
+fixed-shape buffers. The others, and every drafter's uploads, are held at today's counts, so a change can lower them
+but not raise them. `pytest -s` prints the tables.
 """
 from __future__ import annotations
 
@@ -18,18 +20,18 @@ from decoders import DecodeOptions
 from decoders.sampling import Warp
 
 LENGTH = 30
-ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "eagle1", "eagle1-head", "early-exit", "prophet"}  # trees
-# (dynamic and static), greedy chains of the self-drafters under a static rule: at most
+ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "eagle1", "eagle1-head", "early-exit", "prophet",
+             "draft-model", "layer-skip"}  # trees (dynamic and static) and every greedy chain: at most
 DEVICE_READS = 2  # reads a round (the drafter's one and the verifier's one)
 # The worst round per drafter (greedy, recording on); a drafter may read no more than this. When this test was
 # written (before issue 46): EAGLE-2 21 (head or draft model), DDD 4 (head) and 11, static trees 49 (8 before their
 # growth moved to the device), every chain 9.
-CEILINGS = {"none": 1, "draft-model": 9, "prompt-lookup": 1, "layer-skip": 9, "early-exit": 2, "prophet": 2,
+CEILINGS = {"none": 1, "draft-model": 2, "prompt-lookup": 1, "layer-skip": 2, "early-exit": 2, "prophet": 2,
             "suffix": 1, "eagle1": 2, "eagle2": 2, "ddd": 2, "eagle1-head": 2, "eagle2-head": 2, "ddd-head": 2}
 # The drafter's uploads a round (tensors built from Python data inside propose), at most. The trees' one: the tokens
 # committed last round, fed to the head's (or draft model's) cache; the verifier decides them on the host. The static
 # trees uploaded 19 before their growth moved to the device (every frontier's rows, tokens and ancestors).
-DRAFT_UPLOADS = {"none": 0, "draft-model": 4, "prompt-lookup": 0, "layer-skip": 4, "early-exit": 1, "prophet": 3,
+DRAFT_UPLOADS = {"none": 0, "draft-model": 1, "prompt-lookup": 0, "layer-skip": 1, "early-exit": 1, "prophet": 3,
                  "suffix": 0, "eagle1": 1, "eagle2": 1, "ddd": 1, "eagle1-head": 1, "eagle2-head": 1, "ddd-head": 1}
 
 
@@ -76,7 +78,7 @@ def _drafters(models) -> dict:
     }
 
 
-def _counted(lm, make, depth: int, warp: Warp):
+def _counted(lm, make, depth: int, warp: Warp, rule=None, plan=None):
     from decoders import api
     from decoders.loop import run_rounds
     from decoders.recorder import TraceBuilder
@@ -85,8 +87,10 @@ def _counted(lm, make, depth: int, warp: Warp):
 
     options = DecodeOptions(method="speculative", max_new_tokens=LENGTH)
     builder = TraceBuilder(api._new_trace(options, lm, None, "", PROMPTS[1]), lm.decode, True)
-    runner = CachedModel(lm.model)
+    runner = CachedModel(lm.model, plan, widest=64) if plan is not None else CachedModel(lm.model)
     counter, drafter = HostReads(), make(runner)
+    if plan is not None:
+        drafter.use_kv(plan)  # as decoders/api.py does before a run
     propose = drafter.propose
 
     def counted_propose(*args, **kwargs):
@@ -94,7 +98,7 @@ def _counted(lm, make, depth: int, warp: Warp):
             return propose(*args, **kwargs)
 
     drafter.propose = counted_propose
-    generator = run_rounds(runner, drafter, StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
+    generator = run_rounds(runner, drafter, rule or StaticRule(depth), warp, PROMPTS[1], LENGTH, set(lm.eos_token_ids),
                            torch.Generator().manual_seed(0), builder)
     return rounds(generator, counter)
 
@@ -118,6 +122,46 @@ def test_host_reads_per_round(models, monkeypatch):
     assert not over, f"more uploads a round in drafting than before (now, ceiling): {over}"
 
 
+CHAINS = ("draft-model", "layer-skip", "early-exit", "prophet")
+
+
+@pytest.mark.parametrize("rule", ["adaedl", "max-confidence"])
+def test_greedy_chains_judged_by_a_rule_read_twice_a_round(models, monkeypatch, rule):
+    """A rule that judges q (AdaEDL's entropy, max-confidence) is measured on the device and read with the drafts,
+    as on a GPU (no read at a check): still the drafter's one read and the verifier's one a round."""
+    from decoders.drafters import device_tree
+    from decoders.rules import AdaEDLRule, LambdaSchedule, MaxConfidenceRule
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    make = {"adaedl": lambda: AdaEDLRule(LambdaSchedule(0.4, 4)),
+            "max-confidence": lambda: MaxConfidenceRule(LambdaSchedule(0.5, 4))}[rule]
+    drafters = _drafters(models)
+    counts = {name: _counted(models["target"], drafters[name][0], 4, Warp(0.0), make()) for name in CHAINS}
+    print(f"\nhost reads per round (greedy, {rule}, recording on, rounds 2..n)\n" + table(counts))
+    for name in CHAINS:
+        assert counts[name] and max(reads(c) for c in counts[name]) <= DEVICE_READS, (name, counts[name])
+
+
+def test_chains_on_fixed_buffers_read_twice_a_round(models, monkeypatch):
+    """Fixed-shape forwards (kv_cache="fixed": the draft model's and target's at bucketed widths, early exit's
+    layers k..L-1 and draft steps, the prophet's round buffer) add no read: still two a round, greedy and sampled."""
+    from decoders.drafters import device_tree
+    from decoders.rules import AdaEDLRule, LambdaSchedule
+    from decoders.runtime.buffers import KVPlan
+
+    monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())
+    plan = KVPlan("fixed", committed=len(PROMPTS[1]) + LENGTH)
+    drafters = _drafters(models)
+    counts = {name: _counted(models["target"], drafters[name][0], 4, Warp(0.0), AdaEDLRule(LambdaSchedule(0.4, 4)),
+                             plan) for name in CHAINS}
+    print("\nhost reads per round (greedy, adaedl, kv_cache fixed, rounds 2..n)\n" + table(counts))
+    for name in CHAINS:
+        assert counts[name] and max(reads(c) for c in counts[name]) <= DEVICE_READS, (name, counts[name])
+    sampled = {name: _counted(models["target"], drafters[name][0], 4, Warp(1.0), plan=plan) for name in CHAINS}
+    for name in CHAINS:
+        assert max(reads(c, drafting=True) for c in sampled[name]) == 1, (name, sampled[name])
+
+
 def test_the_counter_sees_each_kind_of_read():
     from host_reads import HostReads
 
@@ -138,15 +182,17 @@ def test_the_counter_sees_each_kind_of_read():
 # reads once; what a chain drafter reads beyond that is its own sampling, token by token (draft:__int__ and
 # draft:__float__ per drafted token, its q), which a captured drafting step would remove. Before the device walk
 # verification read once per tested node: the worst rounds read 14 (DDD head) to 25 (EAGLE-1) in all.
-SAMPLED_ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "eagle1-head", "eagle1"}  # the drafter's one read and the verifier's one
-SAMPLED_CEILINGS = {"none": 1, "draft-model": 9, "prompt-lookup": 1, "layer-skip": 9, "early-exit": 9, "prophet": 9,
+SAMPLED_ON_DEVICE = {"eagle2-head", "ddd-head", "eagle2", "ddd", "eagle1-head", "eagle1",
+                     "draft-model", "layer-skip", "early-exit", "prophet"}  # the drafter's one read, the verifier's one
+SAMPLED_CEILINGS = {"none": 1, "draft-model": 2, "prompt-lookup": 1, "layer-skip": 2, "early-exit": 2, "prophet": 2,
                     "suffix": 1, "eagle1": 2, "eagle2": 2, "ddd": 2, "eagle1-head": 2, "eagle2-head": 2,
                     "ddd-head": 2}
 
 
 def test_host_reads_per_round_sampled(models, monkeypatch):
-    """At temperature 1 the verifier reads once a round whatever drafted (its walk comes back with the readout), and
-    the dynamic trees, whose candidates are top-k and drafted with one read, stay within 2 reads a round."""
+    """At temperature 1 the verifier reads once a round whatever drafted (its walk comes back with the readout); the
+    chains draw each draft on the device and read once, and the trees, whose candidates are top-k, draft with one
+    read: every one of them within 2 reads a round."""
     from decoders.drafters import device_tree
 
     monkeypatch.setattr(device_tree, "STOPS_READ_ON", frozenset())

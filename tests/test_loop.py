@@ -46,6 +46,7 @@ def test_error_inside_a_draft_restores_layers(tiny, monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(base, "sample", broken)
+    monkeypatch.setattr(base, "draw", broken)  # a chain on the device draws without reading (issue 46)
     options = DecodeOptions(method="speculative", drafter="layer-skip", temperature=1.0, max_new_tokens=5)
     with pytest.raises(RuntimeError, match="boom"):
         list(stream(options, [1, 2, 3], target=tiny))

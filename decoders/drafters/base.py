@@ -20,8 +20,9 @@ from typing import Callable, Iterator
 import torch
 
 from ..rules import DraftRule
-from ..sampling import Warp, raw_probs, sample
+from ..sampling import Warp, draw, raw_probs, sample
 from ..tree import DraftTree
+from . import device_tree
 
 
 class DraftStop(StrEnum):
@@ -135,16 +136,16 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     The rule judges the distribution for position j before a token is drawn from it; at temperature 0 it judges
     the unwarped softmax (the warped one is one-hot, entropy 0, and would never stop). Returns a chain tree whose
     node i's children were drawn from q_dists[i] (WITH_REPLACEMENT: one i.i.d. sample per position).
-    tensors: `step` also takes a (1,) device tensor of the last token; then a greedy chain under a rule that does
-    not judge q stays on the device and is read once (_chain_on_device).
+    tensors: `step` also takes a (1,) device tensor of the last token; then the chain stays on the device and is
+    read once (_chain_on_device).
     """
     tree = DraftTree.root_only(first[-1])
     proposal = Proposal(tree, reason=DraftStop.LIMIT)
     if limit <= 0:
         proposal.reason = DraftStop.BUDGET
         return proposal
-    if tensors and warp.greedy and stays_on_device(rule):
-        return _chain_on_device(proposal, step, first, limit, rule, record)
+    if tensors:
+        return _chain_on_device(proposal, step, first, limit, rule, warp, generator, record)
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
     for position in range(1, limit + 1):
@@ -157,32 +158,96 @@ def draft_chain(step: Callable[[list[int]], torch.Tensor], first: list[int], lim
     return proposal
 
 
-def stays_on_device(rule: DraftRule | None) -> bool:
-    """The rule never stops a chain early: it does not judge q before a position (static γ, the heuristic)."""
-    return rule is None or type(rule).check is DraftRule.check
+def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None, warp: Warp,
+                     generator: torch.Generator, record: bool) -> Proposal:
+    """A chain whose tokens never leave the device until one read: each argmax (or draw(): sample()'s multinomial
+    call, not read, so the same random stream) feeds the next step as a (1,) tensor, its q row stays on the device
+    for verification, and the rule's measures of every position (rules.DraftRule.measure) come back in the same
+    copy, where its verdicts are decided in order, as a check at each step would have (the same tokens, checks, q).
 
-
-def _chain_on_device(proposal: Proposal, step, first: list[int], limit: int, rule: DraftRule | None,
-                     record: bool) -> Proposal:
-    """A greedy chain of `limit` drafts whose tokens never leave the device until the one read at the end: each
-    argmax feeds the next step as a (1,) tensor. The same tokens, checks and recorded q as draft_position's."""
-    tokens, shown = [], []  # per position: (1,) token, (1,) its unwarped probability (recording)
+    The rule's stop, as device_tree.py's DDD stop: on an accelerator the steps run up to the limit (the host cannot
+    stop them without waiting) and the positions after the first stop are dropped when read, their forwards still
+    counted (a drafter with state of its own trims what they fed); on a device in STOPS_READ_ON (the CPU, where a
+    read waits for nothing), and at the positions a rule reads_at (the controller past its cap), the measures are
+    read at the check and drafting stops there, as the host chain did (drafts past a stop are drawn there too: a
+    sampled run's later draws shift, each still a fresh draw, so it stays lossless; on the CPU it draws exactly
+    what the host chain drew)."""
+    tokens, shown, qs = [], [], []  # per position: (1,) token, (1,) q of it, (V,) q (sampled) or None
     logits = step(first)  # (V,) for draft position 1
     proposal.forwards = 1
+    verdicts = _Verdicts(rule, at_every_check=logits.device.type in device_tree.STOPS_READ_ON)
     for position in range(1, limit + 1):
-        if record:
-            proposal.checks.append(rule.check(position, logits)[1] if rule else {"position": position, "stop": False})
-        token = logits.argmax(-1, keepdim=True)  # (1,)
+        q = None if warp.greedy else warp.probs(logits)  # (V,) the distribution a sampled draft is drawn from
+        judged = q if q is not None else raw_probs(logits) if record or rule is not None else None  # (V,) greedy: raw
+        if verdicts.judge(position, judged):
+            break
+        token = logits.argmax(-1, keepdim=True) if q is None else draw(q, generator)  # (1,)
         tokens.append(token)
+        qs.append(q)
         if record:
-            shown.append(raw_probs(logits)[token])  # (1,)
+            shown.append(judged[token])  # (1,)
         if position < limit:
             logits = step(token)  # (V,) for the next position
             proposal.forwards += 1
-    host = torch.cat([t.double() for t in tokens + shown]).cpu().tolist()  # the drafter's one read
-    for position in range(1, limit + 1):
-        proposal.tree.add(position - 1, int(host[position - 1]), host[limit + position - 1] if record else None)
+    host = torch.cat([t.double() for t in tokens + shown + verdicts.pending]).cpu().tolist()  # the drafter's one read
+    n = len(tokens)
+    drafted, q_token = host[:n], host[n:2 * n] if record else [None] * n
+    verdicts.finish(n, host[(2 if record else 1) * n:])
+    for position, (stop, check) in enumerate(verdicts.decided, start=1):  # in order, up to the first stop
+        if record:
+            proposal.checks.append(check)
+        if stop:
+            proposal.reason = DraftStop.RULE
+            break
+        node = proposal.tree.add(position - 1, int(drafted[position - 1]), q_token[position - 1])
+        if qs[position - 1] is not None:
+            proposal.tree.q_dists[node - 1] = qs[position - 1]  # children of node-1 were drawn from q
     return proposal
+
+
+class _Verdicts:
+    """A device chain's rule verdicts, position by position in order: each position's measures wait on the device
+    until a read decides them (a check that reads, or the chain's one read at the end); a rule with state (the cost
+    controller) decides each position once, in order, and none after its first stop."""
+
+    def __init__(self, rule: DraftRule | None, at_every_check: bool):
+        self.rule, self.at_every_check = rule, at_every_check
+        self.pending: list[torch.Tensor] = []  # (k,) float64 measures of the positions not decided yet
+        self.decided: list[tuple[bool, dict]] = []  # (stop, the trace's record) of positions 1, 2, ...
+
+    def judge(self, position: int, judged: torch.Tensor | None) -> bool:
+        """Measure `position` (before its token is drawn); read and decide what waits if this check reads. True: a
+        decided position stopped the chain."""
+        measure = self.rule.measure(judged) if self.rule is not None else None  # (k,) or None: judges nothing
+        if measure is None:
+            return False
+        self.pending.append(measure)
+        if not (self.at_every_check or self.rule.reads_at(position)):
+            return False
+        values = torch.cat(self.pending).tolist()  # one read at this check
+        self.pending = []
+        self._decide(values, len(values) // measure.shape[0])
+        return self.stopped
+
+    def finish(self, drafted: int, values: list[float]) -> None:
+        """After the one read: decide the positions still waiting (a rule that measures nothing decides from no
+        values), up to `drafted` and the one after it, where a stop may wait."""
+        if not self.stopped:
+            self._decide(values, len(self.pending) or max(0, drafted - len(self.decided)))
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.decided) and self.decided[-1][0]
+
+    def _decide(self, values: list[float], count: int) -> None:
+        k = len(values) // count if count else 0
+        for i in range(count):
+            position = len(self.decided) + 1
+            verdict = (self.rule.decide(position, values[i * k:(i + 1) * k]) if self.rule is not None
+                       else (False, {"position": position, "stop": False}))
+            self.decided.append(verdict)
+            if verdict[0]:
+                return
 
 
 def draft_position(proposal: Proposal, position: int, logits: torch.Tensor, rule: DraftRule, warp: Warp,

@@ -16,7 +16,7 @@ class DraftModelDrafter(ReadsPrompt, Drafter):  # ReadsPrompt: its start (the pr
     def propose(self, ids, limit, rule, warp, generator, record) -> Proposal:
         unseen = ids[self.runner.length:]  # committed tokens the draft has not consumed: the pending one, maybe more
         return draft_chain(lambda tokens: self.runner.forward(tokens, last_only=True)[-1], unseen, limit, rule,
-                           warp, generator, record)
+                           warp, generator, record, tensors=True)  # the chain's drafts stay on the device
 
     def observe(self, n_before: int, n_accepted: int, path=None, features=None) -> None:
         # The cache holds ids[:n_before] plus the drafts it was fed; keep only drafts that were accepted.

@@ -56,7 +56,7 @@ class LayerSkipDrafter(Drafter):
         try:
             with skipping_layers(self.target.model, self.skip), self.target.eager():  # no graph holds these layers
                 proposal = draft_chain(lambda tokens: self.target.forward(tokens, last_only=True)[-1], [ids[-1]],
-                                       limit, rule, warp, generator, record)
+                                       limit, rule, warp, generator, record, tensors=True)  # drafts on the device
         finally:
             self.target.drop_last(self.target.length - start, layers=self.kept)
         return proposal

@@ -135,6 +135,9 @@ class FixedForward:
         self.leased = False  # held by a runner (graphs only: see lease)
         self.paused = False  # eager() is on: the layer list is not the one a graph captured (layer skip)
         self.captured: dict[tuple[int, bool], _Captured] = {}
+        # Other fixed-shape forwards over this buffer, captured in this model's pool and kept with it (early exit's
+        # layers k..L-1, decoders/selfdraft/upper.py): key -> what their owner captured; uses counted alike.
+        self.others: dict[tuple, object] = {}
         self.uses: dict[tuple[int, bool], int] = {}  # forwards run per (width, hidden): a graph from the second on
         self.pool = None  # one memory pool shared by every graph of this model
         self.counts = {"graph": 0, "eager": 0}
@@ -152,8 +155,10 @@ class FixedForward:
         return model
 
     @torch.inference_mode()
-    def __call__(self, tokens: list[int], parents: list[int], hidden: bool = False):
-        """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more."""
+    def __call__(self, tokens: list[int] | torch.Tensor, parents: list[int], hidden: bool = False):
+        """Logits (n, V) of every real row, and the last hidden states (n, H) if asked; the cache counts n more.
+        tokens: a list, or an (n,) tensor on the model's device (a device chain's draft): the host packs the rest
+        and the ids are written into the packed input on the device, so the forward reads nothing back."""
         n = len(tokens)
         if self.choose_by_time and self.seconds is None and self._replayable(max(self.buckets)):
             self.seconds = self._bucket_table()
@@ -163,15 +168,17 @@ class FixedForward:
             raise BufferFull(f"a forward of {n} tokens (padded to {width}) after {start} would pass the KV buffer's "
                              f"{self.cache.capacity} slots (the run's budget was computed wrong; kv_cache='dynamic' "
                              "avoids it)")
-        packed = pack_inputs(tokens, parents, start, width)
+        on_device = isinstance(tokens, torch.Tensor)
+        packed = pack_inputs([0] * n if on_device else tokens, parents, start, width)
+        ids = tokens if on_device else None  # (n,) written over the packed ids on the device
         self.widths.add(width)
         key = (width, hidden)
         self.uses[key] = self.uses.get(key, 0) + 1
         if self._replayable(width) and self.uses[key] > 1:  # a width used once (the prefill) is not worth a capture
-            logits, states = self._replay(packed, width, n, hidden)
+            logits, states = self._replay(packed, width, n, hidden, ids)
             self.counts["graph"] += 1
         else:
-            logits, states = self._eager(packed.to(self._device()), width, n, hidden)
+            logits, states = self._eager(_with_ids(packed.to(self._device()), ids), width, n, hidden)
             self.counts["eager"] += 1
         return logits[:n], (states[:n] if hidden else None)
 
@@ -186,7 +193,7 @@ class FixedForward:
 
     def summary(self) -> dict:
         return {**self.counts, "widths": sorted(self.widths),
-                "captured": sorted({width for width, _ in self.captured}),
+                "captured": sorted({width for width, _ in self.captured} | {key[-1] for key in self.others}),
                 **({"bucket_ms": {w: round(t * 1e3, 3) for w, t in self.seconds.items()}} if self.seconds else {})}
 
     def _bucket_table(self) -> dict[int, float]:
@@ -235,6 +242,11 @@ class FixedForward:
         if self._device().type == "cuda":
             torch.cuda.synchronize()
 
+    def replayable(self, width: int) -> bool:
+        """A forward of this width over this buffer may replay a graph now (graphs on, not paused, a bucket, every
+        layer's buffer allocated)."""
+        return self._replayable(width)
+
     def _replayable(self, width: int) -> bool:
         return (self.graphs and not self.paused and width in self.buckets
                 and all(layer.is_initialized for layer in self.cache.layers))
@@ -247,7 +259,7 @@ class FixedForward:
                              use_cache=True, output_hidden_states=hidden)
         return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
 
-    def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool):
+    def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool, ids: torch.Tensor | None = None):
         captured = self.captured.get((width, hidden))
         if captured is None:
             captured = self.captured[(width, hidden)] = self._capture(packed, width, hidden)
@@ -255,6 +267,7 @@ class FixedForward:
             captured.sent.synchronize()  # overwritten (a caller that read the outputs waited for it already)
         captured.host.copy_(packed)
         captured.packed.copy_(captured.host, non_blocking=True)  # the one host-to-device copy of a replay
+        _with_ids(captured.packed, ids)  # a device token: copied on the device, after the host copy in stream order
         if captured.sent is not None:
             captured.sent.record()
         captured.graph.replay()
@@ -270,6 +283,13 @@ class FixedForward:
         graph, (logits, states), self.pool = capture(lambda: self._eager(static, width, 0, hidden), self.pool)
         self.cache.set_lengths(lengths)
         return _Captured(graph, static, logits, states)
+
+
+def _with_ids(packed: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
+    """Write device token ids (n,) over the first n packed ids, in place (a device-to-device copy, no host read)."""
+    if ids is not None:
+        packed[:ids.shape[0]].copy_(ids)
+    return packed
 
 
 def capture(forward, pool=None):

@@ -61,14 +61,15 @@ class CachedModel:
         return kv.length(self.cache)
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], last_only: bool = False) -> torch.Tensor:
-        """Causal forward over `tokens` after the cache. Returns logits (n, V), or (1, V) if last_only."""
+    def forward(self, tokens: list[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Causal forward over `tokens` after the cache. Returns logits (n, V), or (1, V) if last_only.
+        tokens: a list, or an (n,) tensor on the model's device (a device chain's draft, never read to the host)."""
         if self.fixed is not None:
             logits, _ = self.fixed(tokens, list(range(-1, len(tokens) - 1)))  # (n, V): a chain
             self._note_peak()
             return logits[-1:] if last_only else logits
         start = self.length
-        ids = torch.tensor([tokens], device=self.device)  # (1, n)
+        ids = torch.as_tensor(tokens, device=self.device)[None]  # (1, n)
         positions = torch.arange(start, start + len(tokens), device=self.device)[None]  # (1, n)
         out = self.model(input_ids=ids, position_ids=positions, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=1 if last_only else 0)
