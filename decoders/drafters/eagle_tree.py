@@ -1,4 +1,5 @@
-"""EAGLE-2 / DDD trees grown by an EAGLE draft head (decoders/eagle/head.py) instead of a draft model.
+"""EAGLE-2 / DDD trees grown by an EAGLE draft head (decoders/eagle/head.py, or EAGLE-3's head3.py) instead of a
+draft model.
 
 The head reads pairs (f_i, t_{i+1}): the target's feature at position i and the token after it, and returns g_i,
 its guess of f_{i+1}, with logits for t_{i+2}. Committed pairs use the target's real features, which the loop hands
@@ -13,6 +14,7 @@ import torch
 
 from ..runtime import cache as kv
 from ..eagle.head import EagleHead
+from ..eagle.head3 import Eagle3Head
 from .base import Drafter, DraftStop, Proposal
 from .device_tree import Frontier
 from .tree_draft import TreeShape, draft_log_probs, grow, growth_width, pricing_test, tree_proposal
@@ -22,8 +24,12 @@ from ..tree import DraftTree
 class EagleTreeDrafter(Drafter):
     wants_target_hidden = True
 
-    def __init__(self, head: EagleHead, shape: TreeShape, name: str = "eagle2-head"):
+    def __init__(self, head: EagleHead | Eagle3Head, shape: TreeShape, name: str = "eagle2-head"):
         self.head = head
+        # The feature source: EAGLE-1/2's top feature, or EAGLE-3's fused layers, from the same verification forward
+        # (runtime/features.pick_features). Everything below reads features as `head` takes them: an EAGLE-3 head
+        # lifts fused target features (3d) through its fc and reads its own drafted features (d) as they are.
+        self.wants_target_hidden = head.feature_layers or True
         self.shape = shape
         self.name = name
         self.device = next(head.parameters()).device
