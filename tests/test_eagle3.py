@@ -15,6 +15,7 @@ from decoders.drafters.tree_draft import TreeShape
 from decoders.eagle.head3 import Eagle3Head, default_feature_layers
 from decoders.eagle.official import EagleHeadError, load_official, save_official
 from decoders.sampling import Warp
+from test_training_compare import replies  # noqa: F401  (the fixture: a tiny reply store)
 from test_tree_head import run_with
 from tiny import tiny_gemma3, tiny_llama, tiny_qwen2
 
@@ -284,3 +285,31 @@ def test_training_time_test_depth_two_is_the_heads_real_second_draft():
             p = target_probs(head, top[:, m + 1:m + 2])
             ces.append(-(p * torch.log_softmax(head.logits(g), -1)).sum())
     torch.testing.assert_close(both, (one + torch.stack(ces).mean()) / 2, rtol=1e-4, atol=1e-5)
+
+
+def test_an_eagle3_checkpoint_exports_and_is_compared_with_an_eagle1_head(replies, tmp_path):
+    """The ship rule's comparison (training/compare.py) takes an EAGLE-3 checkpoint: exported in SafeAILab's layout,
+    scored on fused features recomputed from the target, τ decoded with outputs equal to the EAGLE-1 head's."""
+    from decoders.eagle.data import featurized_for
+    from decoders.eagle.head import EagleHead
+    from decoders.eagle.train import TrainSettings, acceptance_by_depth, train_head
+    from decoders.training.compare import compare, export_checkpoint, load_drafter
+    from decoders.training.replies import ReplyStore
+
+    lm, folder = replies
+    store = ReplyStore(folder)
+    torch.manual_seed(0)
+    head = Eagle3Head(lm.model)
+    train, held = featurized_for(head, store.load("train")), featurized_for(head, store.load("heldout"))
+    settings = TrainSettings(lr=3e-3, max_steps=20, batch_tokens=300, warmup_steps=5, eval_every_minutes=1e9,
+                             ttt_depths=2, noise_std=0.0)
+    train_head(head, train, held, settings, log=lambda line: None, checkpoint={"path": tmp_path / "c3.pt"})
+    exported = export_checkpoint("eagle", tmp_path / "c3.pt", lm.model, tmp_path / "out", torch.float32)
+    again = load_drafter("eagle", exported, lm.model)
+    assert isinstance(again, Eagle3Head)
+    assert acceptance_by_depth(again, held) == acceptance_by_depth(head.eval(), held)  # the export is the head
+    eagle1 = save_official(EagleHead(lm.model), tmp_path / "eagle1", dtype=torch.float32)
+    record = compare("eagle", lm, folder, tmp_path / "c3.pt", eagle1, depths=3, decode_prompts=2, max_new=12,
+                     save_dtype=torch.float32, log=lambda line: None)
+    assert record["outputs_equal"]  # greedy: either head changes the speed, never the text
+    assert record["scores"]["candidate"]["tau"] > 0 and len(record["scores"]["candidate"]["alpha"]) == 3
