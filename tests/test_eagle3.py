@@ -3,6 +3,8 @@ save/load round trip through the one loader, the fused features handed over by t
 trees (EAGLE-2, DDD, EAGLE-1 static) equal to the baseline, sampling that follows the target, and training."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -209,6 +211,19 @@ def test_eagle_head_option_loads_an_eagle3_folder(head3_pair, tmp_path):
         trace = generate(options, PROMPTS[1], target=target)
         assert trace.output_ids == baseline_ids(target, PROMPTS[1], 20)
         assert trace.rounds[0].search["method"] == f"{drafter}-head"
+
+
+@pytest.mark.parametrize("kv_cache", ["static", "fixed"])
+def test_eagle3_head_with_preallocated_kv_equals_baseline(head3_pair, tmp_path, kv_cache):
+    """"fixed" runs the verification forward through runtime/graphs.FixedForward, which picks the fused layers too."""
+    target, head = head3_pair
+    save_official(head, tmp_path / "h3")
+    options = tree_options(TREES["eagle2"], eagle_head=str(tmp_path / "h3"), max_new_tokens=20, kv_cache=kv_cache)
+    trace = generate(options, PROMPTS[1], target=target)
+    assert trace.output_ids == baseline_ids(target, PROMPTS[1], 20)
+    dynamic = generate(replace(options, kv_cache="dynamic"), PROMPTS[1], target=target)
+    drafts = lambda t: [[node.token for node in r.nodes] for r in t.rounds]  # noqa: E731
+    assert drafts(trace) == drafts(dynamic)  # the same fused features, so the same trees
 
 
 def test_eagle3_head_tree_sampling_follows_the_target():
