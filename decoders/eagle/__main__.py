@@ -148,7 +148,9 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     print("final held-out α by depth " + " ".join(f"{a:.3f}" for a in final["alpha"]) + " | recall "
           + json.dumps({k: round(v, 3) for k, v in final["recall"].items()}), flush=True)
     full_vocab = None
-    if vocab_ids is not None and not eagle3:  # (an EAGLE-3 head's LM head is its own: no full-vocabulary twin)  # the same trained head scored over the whole vocabulary, for comparison
+    # the same trained head scored over the whole vocabulary, for comparison (an EAGLE-3 head's LM head is its own:
+    # it has no full-vocabulary twin)
+    if vocab_ids is not None and not eagle3:
         head.set_draft_vocab(None)
         full_vocab = acceptance_by_depth(head, heldout_set, args.depths)
         head.set_draft_vocab(vocab_ids)

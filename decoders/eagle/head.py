@@ -100,7 +100,7 @@ class EagleHead(nn.Module):
         return features
 
     def label_logits(self, final: torch.Tensor) -> torch.Tensor:
-        """The target's logits over the draft vocabulary (the training labels): its frozen rows. (…, d) -> (…, V|N)"""
+        """The target's logits over the draft vocabulary (training labels): its frozen rows. (…, d) -> (…, V|N)"""
         return self.logits(final)
 
     def target_logits(self, features: torch.Tensor) -> torch.Tensor:

@@ -111,7 +111,7 @@ class Eagle3Head(nn.Module):
         return self.lm_head(self.norm(hidden))
 
     def label_logits(self, final: torch.Tensor) -> torch.Tensor:
-        """The target's logits over the draft vocabulary, from its top feature (the training labels). (…, d) -> (…, N)"""
+        """The target's logits over the draft vocabulary from its top feature (training labels). (…, d) -> (…, N)"""
         weight = lm_head_weight(self._target[0]).detach()
         return nn.functional.linear(final, weight[self.draft_ids])  # (…, N)
 

@@ -91,7 +91,8 @@ def target_probs(head: EagleHead | Eagle3Head, features: torch.Tensor) -> torch.
         return torch.softmax(head.label_logits(features).float(), dim=-1)  # (B, n, V|N)
 
 
-def loss_terms(head: EagleHead | Eagle3Head, batch: Batch, noise_std: float = 0.0, depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_terms(head: EagleHead | Eagle3Head, batch: Batch, noise_std: float = 0.0,
+               depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(regression, classification) losses of one batch, each a masked mean over predicted positions.
 
     depths > 1 is training-time test (EAGLE-3; HASS's harmonised context): after the teacher-forced step the head
@@ -201,7 +202,8 @@ def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- the loop
 
-def train_head(head: EagleHead | Eagle3Head, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
+def train_head(head: EagleHead | Eagle3Head, train: list[Featurized], heldout: list[Featurized],
+               settings: TrainSettings,
                log=print, checkpoint: dict | None = None) -> History:
     """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end.
 
