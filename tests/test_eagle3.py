@@ -328,3 +328,36 @@ def test_an_eagle3_checkpoint_exports_and_is_compared_with_an_eagle1_head(replie
                      save_dtype=torch.float32, log=lambda line: None)
     assert record["outputs_equal"]  # greedy: either head changes the speed, never the text
     assert record["scores"]["candidate"]["tau"] > 0 and len(record["scores"]["candidate"]["alpha"]) == 3
+
+
+def test_cli_trains_an_eagle3_head_on_replies_and_writes_its_card(tmp_path, monkeypatch):
+    """`python -m decoders.eagle train --arch eagle3 --replies DIR`: fused features from the target, TTT 3 deep by
+    default, saved in SafeAILab's EAGLE-3 layout with its model card and training record."""
+    import json
+    from types import SimpleNamespace
+
+    import decoders.runtime.models as models
+    from decoders.eagle.__main__ import main
+    from decoders.training.prompts import Prompt
+    from decoders.training.replies import ReplyStore, write_replies
+    from test_training_replies import CharTokenizer
+
+    lm = tiny_llama(seed=5, layers=4)
+    store = ReplyStore(tmp_path / "replies")
+    prompts = [Prompt(f"p{i}", "heldout" if i < 3 else "train", ({"role": "user", "content": f"say {i} {i * 7}"},))
+               for i in range(12)]
+    for split in ("heldout", "train"):
+        write_replies(lm.model, CharTokenizer(), prompts, store, split, 0, batch=6, max_new=16, max_prompt=40,
+                      stems=[1], meta={"target": lm.name})
+    loaded = SimpleNamespace(model=lm.model, name=lm.name, device=torch.device("cpu"), source="tiny", tokenizer=None)
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: loaded)
+    out = tmp_path / "head"
+    code = main(["train", "--arch", "eagle3", "--target", lm.name, "--replies", str(tmp_path / "replies"),
+                 "--max-steps", "3", "--batch-tokens", "200", "--draft-vocab", "40", "--eval-every", "1000",
+                 "--out", str(out)])
+    assert code == 0
+    head = load_official(out, lm.model)
+    assert isinstance(head, Eagle3Head) and head.vocab_size == 40
+    info = json.loads((out / "training.json").read_text())
+    assert (info["arch"], info["ttt_depths"], info["steps"]) == ("eagle3", 3, 3)
+    assert (out / "README.md").read_text().startswith("# EAGLE-3 draft head")

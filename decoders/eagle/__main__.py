@@ -163,7 +163,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     save_official(head, out, dtype=save_dtype, extra=record)
     size_mb = (out / "model.safetensors").stat().st_size / 1e6
     command = "python -m decoders.eagle " + " ".join(shlex.quote(a) for a in argv)
-    info = {"target": lm.name, "layer_class": type(head.layers[0]).__name__, "final_eval": final,
+    info = {"target": lm.name, "layer_class": type(head.midlayer if eagle3 else head.layers[0]).__name__, "final_eval": final,
             "heldout_conversations": len(heldout_examples), "data": data_note, "train_examples": len(train_examples),
             "train_tokens": n_train, "seq_len": args.seq_len, "steps": history.steps,
             "batch_tokens": args.batch_tokens, "lr": args.lr, "arch": head.arch, "ttt_depths": ttt,
@@ -276,6 +276,7 @@ def conversations(kind: str, heldout: int, seed: int) -> tuple[list, list, str]:
 
 def gpu_command(args: argparse.Namespace) -> str:
     out = f" --out {args.out}" if args.out else ""
+    out += f" --arch {args.arch}" if args.arch != "eagle1" else ""
     return (f"python -m decoders.eagle train --target {args.target}{out} --device cuda "
             f"--data {args.data} --train-tokens 5000000 --seq-len 1024 --batch-tokens 16384 --lr 3e-4 "
             f"--max-minutes 60 --eval-every 5 --save-dtype float16")
