@@ -140,6 +140,21 @@ def test_model_card_reports_alpha_by_depth_data_and_the_gpu_command():
     assert "CMD-CPU" in text and "CMD-GPU --device cuda" in text and "7 AdamW steps" in text
 
 
+def test_model_card_of_an_eagle3_head_names_its_layout_layers_and_vocabulary():
+    from decoders.eagle.card import model_card
+
+    final = {"alpha": [0.5, 0.4], "recall": {1: 0.5, 4: 0.7, 10: 0.8}, "mean_accepted": 0.7, "chains": 100}
+    text = model_card({"target": "t", "layer_class": "LlamaDecoderLayer", "final_eval": final, "arch": "eagle3",
+                       "feature_layers": (2, 15, 27), "ttt_depths": 3, "heldout_conversations": 3, "data": "replies",
+                       "train_examples": 5, "train_tokens": 1000, "seq_len": 256, "steps": 7, "batch_tokens": 1024,
+                       "lr": 1e-3, "tokens_seen": 900, "feature_seconds": 10.0, "train_seconds": 20.0,
+                       "total_seconds": 35.0, "hardware": "cpu", "save_dtype": "float32", "size_mb": 39.5,
+                       "evals": [(7, final)], "command": "CMD-CPU", "gpu_command": "CMD-GPU --arch eagle3",
+                       "draft_vocab": 8192, "full_vocab_eval": None})
+    assert text.startswith("# EAGLE-3 draft head for t") and "(2, 15, 27)" in text and "midlayer" in text
+    assert "8,192 target ids" in text and "the target's full vocabulary" not in text
+
+
 def test_reduced_vocab_covering_every_id_measures_the_same_as_the_full_vocab():
     from decoders.eagle.measure import compare
 

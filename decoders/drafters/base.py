@@ -50,7 +50,9 @@ class Proposal:
 class Drafter:
     name = "drafter"
     offers_distribution = True  # False for copy-based drafters (their candidates are deterministic)
-    wants_target_hidden = False  # True: the loop asks the target forward for hidden states and passes them back
+    # True: the loop asks the target forward for its top hidden states and passes them back; a tuple of layer
+    # indices: those layers' hidden states, concatenated (EAGLE-3; decoders/runtime/features.pick_features)
+    wants_target_hidden: bool | tuple[int, ...] = False
 
     def start(self, ids: list[int], features: torch.Tensor | None = None) -> None:
         """The prompt is known (ids[-1] is the pending token); prefill any state of the drafter's own.
@@ -79,11 +81,12 @@ class Drafter:
         states of every node, given only to a drafter that sets wants_target_hidden.
         """
 
-    def score(self, target, tree: DraftTree, hidden: bool):
-        """The verification forward: (logits (N+1, V), last hidden states (N+1, H) or None). A drafter that already
-        ran part of the target for its nodes (early exit's shared layers) overrides this to run only the rest."""
+    def score(self, target, tree: DraftTree, hidden: bool | tuple[int, ...]):
+        """The verification forward: (logits (N+1, V), hidden states (N+1, H) (or the layers `hidden` names,
+        concatenated) or None). A drafter that already ran part of the target for its nodes (early exit's shared
+        layers) overrides this to run only the rest."""
         if hidden:
-            return target.forward_tree(tree, hidden=True)
+            return target.forward_tree(tree, hidden=hidden)
         return target.forward_tree(tree), None
 
     def summary(self) -> dict:

@@ -1,4 +1,5 @@
-"""EAGLE-2 / DDD trees grown by an EAGLE draft head (decoders/eagle/head.py) instead of a draft model.
+"""EAGLE-2 / DDD trees grown by an EAGLE draft head (decoders/eagle/head.py, or EAGLE-3's head3.py) instead of a
+draft model.
 
 The head reads pairs (f_i, t_{i+1}): the target's feature at position i and the token after it, and returns g_i,
 its guess of f_{i+1}, with logits for t_{i+2}. Committed pairs use the target's real features, which the loop hands
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..eagle.head import EagleHead
+from ..eagle.head3 import Eagle3Head
 from ..runtime.buffers import KVPlan
 from ..runtime.graphs import give_back
 from ..tree import DraftTree
@@ -29,8 +31,12 @@ FIRST_CAPACITY = 256
 class EagleTreeDrafter(Drafter):
     wants_target_hidden = True
 
-    def __init__(self, head: EagleHead, shape: TreeShape, name: str = "eagle2-head"):
+    def __init__(self, head: EagleHead | Eagle3Head, shape: TreeShape, name: str = "eagle2-head"):
         self.head = head
+        # The feature source: EAGLE-1/2's top feature, or EAGLE-3's fused layers, from the same verification forward
+        # (runtime/features.pick_features). Everything below reads features as `head` takes them: an EAGLE-3 head
+        # lifts fused target features (3d) through its fc and reads its own drafted features (d) as they are.
+        self.wants_target_hidden = head.feature_layers or True
         self.shape = shape
         self.name = name
         self.device = next(head.parameters()).device

@@ -16,15 +16,21 @@ from pathlib import Path
 
 import torch
 
-from .data import (DataError, bench_source_ids, build_examples, code_conversations, completion_prompts, frequent_ids,
-                   load_sharegpt, target_features, to_messages)
+from .data import (DataError, bench_source_ids, build_examples, code_conversations, completion_prompts, featurized_for,
+                   frequent_ids, load_sharegpt, target_features, to_messages)
 from .head import EagleHead
+from .head3 import Eagle3Head
 from ..runtime.model_files import ModelError
 from .official import EagleHeadError, load_official, save_official, trained_head_dir
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
 from ..training import save_curves
 from ..training.checkpoint import resume_command
+
+
+# SafeAILab trains EAGLE-3 seven steps deep on GPUs; each depth costs a head forward and backward, and a CPU run
+# has minutes: three keeps most of the benefit (α at depths 2-3 is what the tree lives on) at under half the cost.
+EAGLE3_TTT_DEPTHS = 3
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -51,8 +57,11 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--draft-vocab", type=int, default=0,
                        help="score only the N most frequent training tokens (EAGLE-3's reduced vocabulary; 0: all)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--ttt-depths", type=int, default=1, help="training-time test (EAGLE-3): also train on the "
-                       "head's own drafted features, this many draft steps deep (1: teacher forcing only)")
+    train.add_argument("--arch", choices=("eagle1", "eagle3"), default="eagle1", help="eagle1: EAGLE-1/2's head "
+                       "(the top feature); eagle3: EAGLE-3's (fused low/mid/high layers, own LM head, no regression)")
+    train.add_argument("--ttt-depths", type=int, default=None, help="training-time test (EAGLE-3): also train on the "
+                       "head's own drafted features, this many draft steps deep (1: teacher forcing only; default 1 "
+                       f"for eagle1, {EAGLE3_TTT_DEPTHS} for eagle3)")
     train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
                        "`python -m decoders.training replies` (its held-out split is the held-out set)")
     train.add_argument("--init", default=None, help="start from this head folder (e.g. assets/eagle/smollm2-135m, "
@@ -101,27 +110,29 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"target {lm.name} on {lm.device} ({lm.source})", flush=True)
 
     feature_start = time.perf_counter()
-    if args.replies:
-        train_set, heldout_set, data_note = replies_data(args.replies, lm.name, args.train_tokens or 0)
-        train_examples = train_set
+    if args.replies:  # token ids first: the draft vocabulary is counted on them, the head made, then its features
+        train_records, held_records, data_note = replies_data(args.replies, lm.name, args.train_tokens or 0)
+        train_examples = train_records
     else:
         train_set, heldout_set, data_note, train_examples = dataset_features(args, lm)
+
+    head = make_head(args, target, train_examples)
+    if args.replies:
+        train_set, heldout_set = featurized_for(head, train_records), featurized_for(head, held_records)
+    elif head.feature_layers is not None:  # EAGLE-3 reads fused layers: the dataset text once more, for them
+        train_set, heldout_set = (target_features(target, examples, layers=head.feature_layers)
+                                  for examples in (train_set, heldout_set))
     n_train = sum(len(e.ids) for e in train_set)
     heldout_examples = heldout_set
     print(f"{len(train_set)} training sequences ({n_train:,} tokens), {len(heldout_set)} held out", flush=True)
     feature_seconds = time.perf_counter() - feature_start
-
-    if args.init:
-        head = load_official(args.init, target)
-        vocab_ids = head.vocab_ids
-        print(f"starting from {args.init}", flush=True)
-    else:
-        vocab_ids = (frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size) if args.draft_vocab
-                     else None)
-        head = EagleHead(target, vocab_ids=vocab_ids)
+    vocab_ids = head.vocab_ids
+    eagle3 = head.arch == "eagle3"
+    ttt = args.ttt_depths or (EAGLE3_TTT_DEPTHS if eagle3 else 1)
     settings = TrainSettings(lr=args.lr, batch_tokens=args.batch_tokens, max_minutes=args.max_minutes,
                              max_steps=args.max_steps, eval_every_minutes=args.eval_every, depths=args.depths,
-                             seed=args.seed, session_minutes=args.session_minutes, ttt_depths=args.ttt_depths)
+                             seed=args.seed, session_minutes=args.session_minutes, ttt_depths=ttt,
+                             noise_std=0.0 if eagle3 else TrainSettings.noise_std)  # EAGLE-3: TTT, not noise
     checkpoint = ({"path": Path(args.checkpoint), "every_minutes": args.checkpoint_every, "resume": args.resume}
                   if args.checkpoint else None)
     if args.resume and not checkpoint:
@@ -137,7 +148,9 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     print("final held-out α by depth " + " ".join(f"{a:.3f}" for a in final["alpha"]) + " | recall "
           + json.dumps({k: round(v, 3) for k, v in final["recall"].items()}), flush=True)
     full_vocab = None
-    if vocab_ids is not None:  # the same trained head scored over the whole vocabulary, for comparison
+    # the same trained head scored over the whole vocabulary, for comparison (an EAGLE-3 head's LM head is its own:
+    # it has no full-vocabulary twin)
+    if vocab_ids is not None and not eagle3:
         head.set_draft_vocab(None)
         full_vocab = acceptance_by_depth(head, heldout_set, args.depths)
         head.set_draft_vocab(vocab_ids)
@@ -150,10 +163,11 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     save_official(head, out, dtype=save_dtype, extra=record)
     size_mb = (out / "model.safetensors").stat().st_size / 1e6
     command = "python -m decoders.eagle " + " ".join(shlex.quote(a) for a in argv)
-    info = {"target": lm.name, "layer_class": type(head.layers[0]).__name__, "final_eval": final,
+    info = {"target": lm.name, "layer_class": type(head.midlayer if eagle3 else head.layers[0]).__name__, "final_eval": final,
             "heldout_conversations": len(heldout_examples), "data": data_note, "train_examples": len(train_examples),
             "train_tokens": n_train, "seq_len": args.seq_len, "steps": history.steps,
-            "batch_tokens": args.batch_tokens, "lr": args.lr, "tokens_seen": history.tokens_seen,
+            "batch_tokens": args.batch_tokens, "lr": args.lr, "arch": head.arch, "ttt_depths": ttt,
+            "feature_layers": head.feature_layers, "tokens_seen": history.tokens_seen,
             "feature_seconds": feature_seconds, "train_seconds": history.seconds,
             "total_seconds": time.perf_counter() - started, "hardware": card.hardware(lm.device),
             "save_dtype": args.save_dtype, "size_mb": size_mb, "evals": history.evals, "command": command,
@@ -170,16 +184,27 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def make_head(args: argparse.Namespace, target, train_examples: list):
+    """--init's head (its architecture and vocabulary kept), else a new --arch head over --draft-vocab ids."""
+    if args.init:
+        head = load_official(args.init, target)
+        if head.arch != args.arch:
+            raise ValueError(f"--init {args.init} is an {head.arch} head, not {args.arch}: pass --arch {head.arch}")
+        print(f"starting from {args.init}", flush=True)
+        return head
+    vocab_ids = (frequent_ids(train_examples, args.draft_vocab, target.config.vocab_size) if args.draft_vocab
+                 else None)
+    return Eagle3Head(target, vocab_ids=vocab_ids) if args.arch == "eagle3" else EagleHead(target, vocab_ids=vocab_ids)
+
+
 def replies_data(folder: str, target: str, max_tokens: int = 0) -> tuple[list, list, str]:
-    """(train, held-out) Featurized from a reply store (decoders/training/replies.py), and a sentence for the card."""
+    """(train, held-out) records from a reply store (decoders/training/replies.py), and a sentence for the card."""
     from ..training.replies import REPLIES_NOTE, ReplyStore
-    from .data import Featurized
 
     store = ReplyStore(folder)
     store.check_target(target)
-    as_featurized = lambda records: [Featurized(r.ids, r.loss_mask, r.final) for r in records]  # noqa: E731
-    train = as_featurized(store.load("train", keep_stems=(), max_tokens=max_tokens))
-    held = as_featurized(store.load("heldout", keep_stems=()))
+    train = store.load("train", keep_stems=(), max_tokens=max_tokens)
+    held = store.load("heldout", keep_stems=())
     if not train or not held:
         raise ValueError(f"{folder} holds {len(train)} training and {len(held)} held-out replies; write them first: "
                          f"python -m decoders.training replies --target <name> --out {folder}")
@@ -251,6 +276,7 @@ def conversations(kind: str, heldout: int, seed: int) -> tuple[list, list, str]:
 
 def gpu_command(args: argparse.Namespace) -> str:
     out = f" --out {args.out}" if args.out else ""
+    out += f" --arch {args.arch}" if args.arch != "eagle1" else ""
     return (f"python -m decoders.eagle train --target {args.target}{out} --device cuda "
             f"--data {args.data} --train-tokens 5000000 --seq-len 1024 --batch-tokens 16384 --lr 3e-4 "
             f"--max-minutes 60 --eval-every 5 --save-dtype float16")

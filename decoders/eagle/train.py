@@ -28,6 +28,7 @@ from ..training.batches import BatchStream
 from ..training.checkpoint import Checkpointing
 from .data import Featurized
 from .head import EagleHead, causal_mask
+from .head3 import Eagle3Head
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,13 @@ class TrainSettings:
 @dataclass
 class Batch:
     ids: torch.Tensor  # (B, n)
-    features: torch.Tensor  # (B, n, d)
+    features: torch.Tensor  # (B, n, d), EAGLE-3: (B, n, 3d) fused
     mask: torch.Tensor  # (B, n) bool: real assistant positions
+    final: torch.Tensor | None = None  # (B, n, d) the top feature, when `features` is not it
+
+    @property
+    def top(self) -> torch.Tensor:
+        return self.features if self.final is None else self.final
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -63,37 +69,48 @@ class Batch:
 
 def collate(examples: list[Featurized], device, dtype) -> Batch:
     longest = max(len(e.ids) for e in examples)
-    d = examples[0].features.shape[-1]
+    width, d = examples[0].features.shape[-1], examples[0].top.shape[-1]
+    fused = examples[0].final is not None  # EAGLE-3: the fused features and the top feature, both
     ids = torch.zeros(len(examples), longest, dtype=torch.long)  # (B, n)
-    feats = torch.zeros(len(examples), longest, d, dtype=dtype)  # (B, n, d)
+    feats = torch.zeros(len(examples), longest, width, dtype=dtype)  # (B, n, d or 3d)
+    final = torch.zeros(len(examples), longest, d, dtype=dtype) if fused else None  # (B, n, d)
     mask = torch.zeros(len(examples), longest, dtype=torch.bool)  # (B, n)
     for row, e in enumerate(examples):
         n = len(e.ids)
         ids[row, :n], feats[row, :n], mask[row, :n] = e.ids, e.features.to(dtype), e.loss_mask
-    return Batch(ids.to(device), feats.to(device), mask.to(device))
+        if fused:
+            final[row, :n] = e.final.to(dtype)
+    return Batch(ids.to(device), feats.to(device), mask.to(device), final.to(device) if fused else None)
 
 
 # ---------------------------------------------------------------------------------------------- the loss
 
-def target_probs(head: EagleHead, features: torch.Tensor) -> torch.Tensor:
+def target_probs(head: EagleHead | Eagle3Head, features: torch.Tensor) -> torch.Tensor:
     """p = softmax(LMHead(f)) over the head's vocabulary (renormalised there when reduced). (B, n, d) -> (B, n, V|N)"""
     with torch.no_grad():
-        return torch.softmax(head.logits(features).float(), dim=-1)  # (B, n, V|N)
+        return torch.softmax(head.label_logits(features).float(), dim=-1)  # (B, n, V|N)
 
 
-def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0, depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_terms(head: EagleHead | Eagle3Head, batch: Batch, noise_std: float = 0.0,
+               depths: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(regression, classification) losses of one batch, each a masked mean over predicted positions.
 
     depths > 1 is training-time test (EAGLE-3; HASS's harmonised context): after the teacher-forced step the head
     runs again on its OWN features, exactly as it drafts (depth k at position m reads its depth k-1 output at m-1 and
     attends the real keys up to where its chain began plus one drafted key per earlier depth: depth_mask), and each
     depth is scored against the same targets (the prediction at m always stands in for f_{m+1}); the terms are
-    averaged over depths. Gradients flow through the drafted features, as in EAGLE-3."""
-    inputs = batch.features[:, :-1]  # (B, n-1, d): f_i
-    if noise_std > 0:
-        inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise_std * 512 / inputs.shape[1]  # EAGLE's noise
+    averaged over depths. Gradients flow through the drafted features, as in EAGLE-3.
+
+    An EAGLE-3 head (head3.py) reads fused features through its fc (`lift`, so that later depths can put its own
+    d-wide outputs in their place) and has no regression term (its g is not trained to be f_{i+1}): 0 here."""
+    if noise_std > 0:  # EAGLE's noise on the target features, before any fc
+        noisy = batch.features[:, :-1]
+        noisy = noisy + (torch.rand_like(noisy) - 0.5) * noise_std * 512 / noisy.shape[1]
+        inputs = head.lift(noisy)  # (B, n-1, d): f_i, or fc(fused_i)
+    else:
+        inputs = head.lift(batch.features[:, :-1])  # (B, n-1, d)
     tokens = batch.ids[:, 1:]  # (B, n-1): t_{i+1}
-    wanted = batch.features[:, 1:]  # (B, n-1, d): f_{i+1}
+    wanted = batch.top[:, 1:]  # (B, n-1, d): f_{i+1}
     p = target_probs(head, wanted)  # (B, n-1, V|N): p_{i+2}
     n = inputs.shape[1]
     cache = DynamicCache(config=head.config) if depths > 1 else None
@@ -105,7 +122,8 @@ def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0, depths: in
         weight = batch.mask[:, 1:].to(predicted.dtype)  # (B, n-1)
         weight[:, : depth - 1] = 0  # positions before a depth-`depth` chain can start
         count = weight.sum().clamp_min(1.0)
-        reg = nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1)  # (B, n-1)
+        reg = (nn.functional.smooth_l1_loss(predicted, wanted, reduction="none").mean(-1) if head.predicts_features
+               else torch.zeros_like(weight))  # (B, n-1)
         log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)  # (B, n-1, V|N)
         regression = regression + (reg * weight).sum() / count
         classification = classification + (-(p * log_q).sum(-1) * weight).sum() / count
@@ -116,7 +134,7 @@ def loss_terms(head: EagleHead, batch: Batch, noise_std: float = 0.0, depths: in
 # ---------------------------------------------------------------------------------------------- acceptance
 
 @torch.no_grad()
-def acceptance_by_depth(head: EagleHead, examples: list[Featurized], depths: int = 5,
+def acceptance_by_depth(head: EagleHead | Eagle3Head, examples: list[Featurized], depths: int = 5,
                         top_k: tuple[int, ...] = (1, 4, 10)) -> dict:
     """Greedy acceptance α(k) = P(step k matches the target's argmax | steps 1..k-1 matched), on held-out text.
 
@@ -133,13 +151,14 @@ def acceptance_by_depth(head: EagleHead, examples: list[Featurized], depths: int
         n = len(example.ids) - 1  # predicted positions 0..n-1
         if n < depths + 1:
             continue
-        feats = example.features.to(device, dtype)[None]  # (1, n+1, d)
+        feats = example.features.to(device, dtype)[None]  # (1, n+1, d or 3d)
         ids = example.ids.to(device)[None]  # (1, n+1)
-        wanted = head.target_logits(feats[0, 1:]).argmax(-1)  # (n,): the target's argmax after position m+1
+        top = example.top.to(device, dtype)  # (n+1, d)
+        wanted = head.target_logits(top[1:]).argmax(-1)  # (n,): the target's argmax after position m+1
         valid = example.loss_mask[1:].to(device)  # (n,): step at m predicts inside an assistant turn
         cache = DynamicCache(config=head.config)
         positions = torch.arange(n, device=device)[None]  # (1, n)
-        inputs = feats[:, :-1]  # (1, n, d): depth 1 reads the real features
+        inputs = head.lift(feats[:, :-1])  # (1, n, d): depth 1 reads the real features
         match = []
         for depth in range(1, depths + 1):
             mask = depth_mask(n, depth, dtype, device)  # (1, 1, n, depth * n)
@@ -183,7 +202,8 @@ def depth_mask(n: int, depth: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- the loop
 
-def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurized], settings: TrainSettings,
+def train_head(head: EagleHead | Eagle3Head, train: list[Featurized], heldout: list[Featurized],
+               settings: TrainSettings,
                log=print, checkpoint: dict | None = None) -> History:
     """The shared loop (decoders/training) on the EAGLE loss; evaluates on `heldout` as it goes and at the end.
 
@@ -206,9 +226,15 @@ def train_head(head: EagleHead, train: list[Featurized], heldout: list[Featurize
     head.train()
     evaluate = (lambda: acceptance_by_depth(head, heldout, settings.depths)) if heldout else None
     meta = {"vocab_ids": head.vocab_ids, "bias": head.fc.bias is not None}
-    saving = Checkpointing(**checkpoint, parts={"model": head, "data": stream}, kind="eagle", meta=meta) \
+    if head.arch == "eagle3":  # what rebuilds it (training/compare.export_checkpoint); its own kind: never resumed
+        meta = {"vocab_ids": head.draft_ids, "feature_layers": head.feature_layers}  # as the other architecture
+    saving = Checkpointing(**checkpoint, parts={"model": head, "data": stream}, kind=checkpoint_kind(head), meta=meta) \
         if checkpoint else None
     return fit(head.parameters(), step, fit_settings, evaluate, log, describe=_describe, checkpointing=saving)
+
+
+def checkpoint_kind(head) -> str:
+    return "eagle" if head.arch == "eagle1" else "eagle3"
 
 
 def _describe(result: dict) -> str:

@@ -46,6 +46,7 @@ from torch import nn
 
 from . import kernels
 from .buffers import BufferCache, BufferFull
+from .features import pick_features
 from .model_files import cache_dir
 from ..tree import ancestor_mask, depths
 
@@ -256,8 +257,8 @@ class FixedForward:
         ids, positions, slots, mask = fixed_inputs(packed, width, self.cache.capacity, self.model.dtype, self.window)
         with self.cache.fixed_write(slots, n):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                             use_cache=True, output_hidden_states=hidden)
-        return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
+                             use_cache=True, output_hidden_states=bool(hidden))
+        return out.logits[0], (pick_features(out.hidden_states, hidden)[0] if hidden else None)
 
     def _replay(self, packed: torch.Tensor, width: int, n: int, hidden: bool, ids: torch.Tensor | None = None):
         captured = self.captured.get((width, hidden))

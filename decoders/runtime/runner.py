@@ -18,6 +18,7 @@ from torch import nn
 
 from . import cache as kv
 from .buffers import KVPlan
+from .features import pick_features
 from .graphs import FixedForward, give_back, lease
 from ..tree import DraftTree, attention_mask_4d, position_ids
 
@@ -77,11 +78,12 @@ class CachedModel:
         return out.logits[0]  # (n, V) or (1, V)
 
     @torch.inference_mode()
-    def forward_tree(self, tree: DraftTree, hidden: bool = False):
+    def forward_tree(self, tree: DraftTree, hidden: bool | tuple[int, ...] = False):
         """One forward over every node of `tree` (root first). Returns logits (N+1, V); row i predicts after node i.
 
         hidden=True returns (logits, last hidden states (N+1, H)) from the same forward: an EAGLE head drafts from
-        the target's features, and a second forward to get them would cost a whole target step.
+        the target's features, and a second forward to get them would cost a whole target step. hidden=(k, ...)
+        returns those layers' hidden states concatenated instead (N+1, len(k) * H): EAGLE-3's fused features.
         """
         if self.fixed is not None:
             logits, states = self.fixed(tree.tokens, tree.parents, hidden)  # (N+1, V), (N+1, H) | None
@@ -100,13 +102,13 @@ class CachedModel:
                 mask = {"full_attention": mask,
                         "sliding_attention": kv.sliding_tree_mask(self.cache, mask, positions[0], window)}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True, output_hidden_states=hidden)
+                         use_cache=True, output_hidden_states=bool(hidden))
         self._note_peak()
         if hidden:
-            return out.logits[0], out.hidden_states[-1][0]  # (N+1, V), (N+1, H)
+            return out.logits[0], pick_features(out.hidden_states, hidden)[0]  # (N+1, V), (N+1, H or 3H)
         return out.logits[0]  # (N+1, V)
 
-    def prefill(self, tokens: list[int], hidden: bool = False, chunk: int | None = None
+    def prefill(self, tokens: list[int], hidden: bool | tuple[int, ...] = False, chunk: int | None = None
                 ) -> Iterator[tuple[int, torch.Tensor | None]]:
         """Feed `tokens` after the cache, `chunk` (PREFILL_CHUNK) at a time, yielding after each chunk (tokens fed so
         far, the chunk's last hidden states (n, H) when `hidden`, else None): a caller that stops iterating stops
@@ -116,7 +118,7 @@ class CachedModel:
             part = tokens[start:start + chunk]
             if hidden:  # a chain through forward_tree: an EAGLE head drafts from these features
                 chain = DraftTree(tokens=list(part), parents=list(range(-1, len(part) - 1)))
-                yield start + len(part), self.forward_tree(chain, hidden=True)[1]  # (n, H)
+                yield start + len(part), self.forward_tree(chain, hidden=hidden)[1]  # (n, H or 3H)
             else:
                 self.forward(part, last_only=True)
                 yield start + len(part), None

@@ -29,13 +29,18 @@ def export_checkpoint(kind: str, path: Path, target, folder: Path, dtype: torch.
     """A training checkpoint's weights as a folder the drafters load (EAGLE's layout, or the self-drafter store)."""
     from .checkpoint import read_checkpoint
 
-    state = read_checkpoint(path, kind)
+    state = read_checkpoint(path, "" if kind == "eagle" else kind)  # an EAGLE head's is "eagle" or "eagle3"
     meta, weights = state["meta"], state["parts"]["model"]
+    if kind == "eagle" and state.get("kind") not in ("eagle", "eagle3", None):
+        raise ValueError(f"{path} is a {state['kind']} checkpoint, not an EAGLE head's")
     if kind == "eagle":
         from ..eagle.head import EagleHead
+        from ..eagle.head3 import Eagle3Head
         from ..eagle.official import save_official
 
-        head = EagleHead(target, bias=bool(meta.get("bias", True)), vocab_ids=meta.get("vocab_ids"))
+        head = (Eagle3Head(target, vocab_ids=meta.get("vocab_ids"), feature_layers=meta.get("feature_layers"))
+                if state.get("kind") == "eagle3" else
+                EagleHead(target, bias=bool(meta.get("bias", True)), vocab_ids=meta.get("vocab_ids")))
         head.load_state_dict(weights)
         extra = {"steps": state["history"].steps, "checkpoint": str(path)}
         return save_official(head, folder, dtype=dtype, extra=extra)
@@ -64,10 +69,10 @@ def load_drafter(kind: str, folder: Path, target):
 def heldout_alpha(kind: str, drafter, records: list, depths: int) -> dict:
     """α by depth and expected accepted chain on the held-out records (decoders/selfdraft/record.Recorded)."""
     if kind == "eagle":
-        from ..eagle.data import Featurized
+        from ..eagle.data import featurized_for
         from ..eagle.train import acceptance_by_depth
 
-        return acceptance_by_depth(drafter, [Featurized(r.ids, r.loss_mask, r.final) for r in records], depths)
+        return acceptance_by_depth(drafter, featurized_for(drafter, records), depths)  # EAGLE-1/2 or EAGLE-3
     from ..selfdraft.train import exit_alpha, prophet_alpha
 
     return (exit_alpha if kind == "early-exit" else prophet_alpha)(drafter, records, depths)
