@@ -4,7 +4,7 @@ The measured side is what `python -m decoders.training compare` wrote to bench/r
 greedy acceptance α(k) at draft depth k given depths 1..k-1 accepted, teacher-forced on the target's own replies to
 prompts no drafter trained on. The row drawn is the one now shipped (the candidate where the comparison shipped it,
 else the drafter it was compared against). The published side is EAGLE's Table 2 (Li et al., ICML 2024): n-α of
-Vicuna 7B's head on MT-bench, T = 0, a chain draft (../shared/research/performance_anchors.md).
+Vicuna 7B's head on MT-bench, T = 0, a chain draft (arXiv:2401.15077).
 
 Why acceptance sets the speed: a chain of D drafts accepts E = α1 + α1·α2 + ... + α1···αD of them a round on average,
 so a round yields τ = 1 + E tokens for one target forward (plus the drafts' cost): τ is in each legend entry.
