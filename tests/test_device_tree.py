@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from decoders.drafters.device_tree import read
-from decoders.drafters.tree_draft import STATIC_TREE, PoolNode, TreeShape, build_tree, grow, rerank
+from decoders.drafters.tree_draft import STATIC_TREE, TreeShape, grow
+from tree_reference import PoolNode, build_tree, rerank
 
 V = 12
 

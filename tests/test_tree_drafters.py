@@ -16,7 +16,8 @@ from chi_square import chi_square_pvalue
 from decoders import DecodeOptions, OptionsError, generate
 from decoders import verify as core
 from decoders.drafters.device_tree import read
-from decoders.drafters.tree_draft import PoolNode, TreeShape, grow, rerank
+from decoders.drafters.tree_draft import TreeShape, grow
+from tree_reference import PoolNode, rerank
 from decoders.sampling import Warp
 from decoders.trace import Trace
 

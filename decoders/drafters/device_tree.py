@@ -1,7 +1,8 @@
 """EAGLE-2 / DDD growth kept on the device: one host read a round (issue 46).
 
 The engine of decoders/drafters/tree_draft.py (its docstring has the papers' rules) as tensor operations, so a GPU
-round never waits for the device until the tree is done:
+round never waits for the device until the tree is done ("the host engine" below: the per-node Python engine it
+replaced, kept as its oracle in tests/tree_reference.py):
   pool        tokens, parents, log values and log q as (P,) device tensors, appended one step's (F·K,) at a time
   frontier    the `width` best of the last step's nodes by a stable descending sort: ties to the earlier node, as
               the host engine's sorted(key=(-value, id)) did; values are float64 sums of the float32 log q, the

@@ -84,16 +84,6 @@ class TreeShape:
         return cls(k=k, steps=steps, m=m, width=width, checks=tuple(checks), threshold=threshold)
 
 
-@dataclass
-class PoolNode:
-    parent: int  # pool id, -1 = the root
-    token: int
-    log_value: float  # sum of draft log-probs on the path: log of EAGLE-2's value
-    log_q: float  # draft log-prob of this token under its parent's distribution
-    depth: int
-    step: int
-
-
 def grow(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.Tensor], shape: TreeShape, max_depth: int,
          keep_growing: Callable[[list[float], list[float], int], bool] | None = None) -> DeviceGrowth:
     """Grow the candidate pool. root_logq: (V,) draft log-probs after the root; expand(frontier) -> (F, V)
@@ -104,27 +94,6 @@ def grow(root_logq: torch.Tensor, expand: Callable[[Frontier], torch.Tensor], sh
     if shape.paths:
         return grow_static(root_logq, expand, shape.paths, max_depth)
     return grow_on_device(root_logq, expand, shape, max_depth, keep_growing)
-
-
-def rerank(pool: list[PoolNode], m: int) -> list[int]:
-    """The m best pool ids by value, returned in pool order (parents before children). Ancestor-closed: a child's
-    value is at most its parent's, and ties go to the shallower, earlier node."""
-    ranked = sorted(range(len(pool)), key=lambda i: (-pool[i].log_value, pool[i].depth, i))[:m]
-    chosen = sorted(ranked)
-    kept = set(chosen)
-    assert all(pool[i].parent == -1 or pool[i].parent in kept for i in chosen), "rerank lost an ancestor"
-    return chosen
-
-
-def build_tree(pending: int, pool: list[PoolNode], chosen: list[int]) -> DraftTree:
-    """The chosen pool nodes as a DraftTree rooted at the pending token; tree node i+1 = chosen[i]."""
-    tree = DraftTree.root_only(pending)
-    tree.flavor = Flavor.DETERMINISTIC
-    node_of = {-1: 0}
-    for pool_id in chosen:
-        item = pool[pool_id]
-        node_of[pool_id] = tree.add(node_of[item.parent], item.token, math.exp(item.log_q))
-    return tree
 
 
 def tree_proposal(method: str, pending: int, growth: DeviceGrowth, m: int, record: bool, rule=None) -> Proposal:
