@@ -139,8 +139,9 @@ LESSONS: list[Lesson] = [
            "same draft forwards, would have been rejected there, while the tree goes on deeper. Here the tree is "
            "grown by the **draft model** of the Qwen2.5-Coder pair (0.5B for 1.5B) on a code prompt. **Why a head "
            "must be trained**: the recorded *EAGLE-head tree* run (Generate tab, Recorded runs) grows the same kind "
-           "of tree from SmolLM2's EAGLE head, one small layer trained here for 35 minutes on a CPU; it accepts "
-           "about 40% at depth 1 where published heads reach 70–80%, so only 1% of its drafts survived (τ 1.85) "
+           "of tree from SmolLM2's EAGLE head, one small layer, recorded when it had trained 35 minutes on a CPU; it "
+           "accepted about 40% at depth 1 where published heads reach 70–80% (lesson 11 shows where training has "
+           "taken it since), so only 1% of its drafts survived (τ 1.85) "
            "and its trees cost more than they gained. **DDD** grows the same tree but stops early when the "
            "frontier's total confidence H falls below x: pick *ddd* and watch the panel beside the tree.",
            "tree", "eagle2-qwen-code.json"),
@@ -204,7 +205,7 @@ LESSONS: list[Lesson] = [
            "standard error (`python -m decoders.training compare`). The chart shows what that buys: **α(k)**, the "
            "share of drafts at depth k the target accepts. Acceptance compounds: a chain of drafts yields "
            "τ = 1 + α1 + α1·α2 + … tokens per target forward, so the paper's head, near 0.75 at every depth, makes "
-           "more than three tokens a forward, and a head near 0.45 under two, before the drafts' own cost. That "
+           "more than three tokens a forward, and a head near 0.5 under two, before the drafts' own cost. That "
            "gap, not the tree, is why EAGLE-2 with the heads trained here still loses to plain decoding on this "
            "CPU (Claims tab): published heads train for GPU-hours on millions of tokens, these for minutes on a "
            "2-core CPU on a few hundred thousand. **Try it** grows an EAGLE-2 tree from the shipped head.",
