@@ -23,8 +23,8 @@ from decoders.controller import TREE_BOUNDS
 
 from . import cli, report
 from .common import LoadMeter, load_prompts
-from .runner import Method, mark_identity, ours, run_suite, set_threads
-from .tuning import hf_assisted
+from .runner import Method, hf, mark_identity, ours, run_suite, set_threads
+from .tuning import hf_assisted, hf_prompt_lookup
 
 PAPER_EAGLE2 = dict(tree_k=10, tree_depth=6, tree_m=59)
 PAPER_DDD = dict(tree_k=10, tree_m=59)  # S, x, n, w: DecodeOptions' defaults are the DDD paper's
@@ -32,6 +32,11 @@ CONTROLLED_TREE = dict(**TREE_BOUNDS, controller="cost")  # the Race's cost-awar
 # HF assisted generation as the full pair run tuned it (bench/results/pair.md, on prompts it did not score).
 HF_ASSISTED = dict(num_assistant_tokens=10, assistant_confidence_threshold=0.6,
                    num_assistant_tokens_schedule="heuristic")
+# transformers has no EAGLE head; where SpecLab grows trees with one, transformers' own methods for a target without a
+# draft model race on the same prompts: prompt lookup on the chain arm's settings (γ 10, n-grams 3..1) and
+# LayerSkip's assistant_early_exit with transformers' documented exit layer (untrained for early exit here).
+HF_PROMPT_LOOKUP = dict(prompt_lookup_num_tokens=10, max_matching_ngram_size=3)
+HF_EARLY_EXIT = 4
 
 
 def methods_for(grown_by_head: bool) -> list[Method]:
@@ -42,7 +47,10 @@ def methods_for(grown_by_head: bool) -> list[Method]:
     chain = ours("ours/prompt-lookup", "prompt lookup γ=10 (chain)", "prompt-lookup", gamma=10) if grown_by_head \
         else ours("ours/draft-model", "draft model · AdaEDL (chain)", "draft-model", rule="adaedl", max_draft=8)
     # transformers gets the very draft object SpecLab's draft-model arms use (the same draft_quant, "auto")
-    peers = [] if grown_by_head else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed", "auto")]
+    peers = [hf_prompt_lookup("hf/prompt-lookup", HF_PROMPT_LOOKUP, "packed"),
+             hf("hf/early-exit", f"HF assistant_early_exit={HF_EARLY_EXIT} (LayerSkip, untrained exit; packed kernels)",
+                "early-exit", kernels="packed", assistant_early_exit=HF_EARLY_EXIT)] if grown_by_head \
+        else [hf_assisted("hf/assisted@packed", HF_ASSISTED, "packed", "auto")]
     return [ours("ours/baseline", "baseline", "baseline"), chain, *peers,
             ours("ours/eagle1-static", f"EAGLE static tree · {grower} · 24 nodes", "eagle1", **head),
             ours("ours/eagle2-paper", f"EAGLE-2 · {grower} · K10 D6 M59 (paper)", "eagle2", **head, **PAPER_EAGLE2),
@@ -71,6 +79,18 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
     return rows
 
 
+def versus_best_peer(records: list[dict], rows: list[dict], method: str = "ours/eagle2-cost") -> dict | None:
+    """`method` against transformers' fastest method in this run (by its speed-up over the baseline): the median
+    over prompts of per-repetition ratios, as every speed-up here. None when no transformers method ran."""
+    peers = [r for r in rows if r["method"].startswith("hf/") and r["speedup"]]
+    if not peers or not any(r["method"] == method for r in rows):
+        return None
+    best = max(peers, key=lambda r: r["speedup"])
+    ratio = report.ratio_over(records, method, best["method"])
+    return {"method": method, "peer": best["method"], "peer_label": best["label"], "ratio": ratio["median"],
+            "spread": ratio["spread"]}
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# Draft trees on {s['target']} ({s['dtype']}, {s['device']})", "",
@@ -93,6 +113,12 @@ def markdown(result: dict) -> str:
                      f"{report._f(r['drafted_per_round'], 1)} | "
                      f"{report._f(r['peak_kv_mib'], 1) + ' MiB' if r['peak_kv_mib'] else 'not reported'} | "
                      f"{r['identical']} |")
+    versus = result.get("versus_best_peer")
+    if versus:
+        label = next(r["label"] for r in result["rows"] if r["method"] == versus["method"])
+        lines += ["", f"**{label}** against transformers' fastest method here ({versus['peer_label']}; transformers has "
+                      f"no EAGLE head): {versus['ratio']:.2f}× ({versus['spread'][0]:.2f}–{versus['spread'][1]:.2f}), "
+                      "the median over prompts of per-repetition ratios."]
     lines += ["", result.get("note", "")]
     return "\n".join(lines) + "\n"
 
@@ -116,6 +142,7 @@ def main(argv=None) -> int:
                            "command": cli.command("python -m bench.trees", argv),
                            "minutes": (time.monotonic() - began) / 60},
               "rows": summarize(records, methods), "records": records}
+    result["versus_best_peer"] = versus_best_peer(records, result["rows"])
     cli.write(cli.out_stem(args), result, markdown(result))
     print(markdown(result))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bench import trees
+from decoders import DecodeOptions
 from bench.runner import Prompt, run_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -31,7 +32,29 @@ def test_the_tree_bench_runs_every_arm_and_each_equals_the_baseline(tiny, drafts
     assert table.count("\n| ") == len(methods) + 1 and "1 (yardstick)" in table
 
 
-def test_head_grown_trees_need_no_draft_model():
+def test_head_grown_trees_need_no_draft_model_and_race_transformers_own_methods():
     methods = trees.methods_for(grown_by_head=True)
     assert not any(m.needs_draft for m in methods)
+    # transformers has no EAGLE head: its methods for a target without a draft model race in the same run
+    hf = {m.key: m for m in methods if m.family == "hf"}
+    assert set(hf) == {"hf/prompt-lookup", "hf/early-exit"}
+    chain = next(m for m in methods if m.key == "ours/prompt-lookup")
+    assert hf["hf/prompt-lookup"].options["prompt_lookup_num_tokens"] == chain.options["gamma"]
+    assert hf["hf/prompt-lookup"].options["max_matching_ngram_size"] == DecodeOptions().ngram  # the same n-grams
     assert all(m.options.get("eagle_head") == "auto" for m in methods if m.kind in ("eagle1", "eagle2", "ddd"))
+
+
+def _record(method: str, prompt: str, rep: int, tok_s: float) -> dict:
+    return {"method": method, "prompt": prompt, "prompt_kind": "chat", "rep": rep, "tok_s": tok_s}
+
+
+def test_eagle2_is_compared_with_transformers_fastest_method_of_the_same_run():
+    speeds = {"ours/baseline": 10.0, "ours/eagle2-cost": 13.0, "hf/prompt-lookup": 20.0, "hf/early-exit": 5.0}
+    records = [_record(m, p, rep, v * (1.1 if p == "b" else 1.0)) for m, v in speeds.items() for p in "ab"
+               for rep in (0, 1)]
+    rows = [{"method": m, "label": m, "speedup": v / 10 if m != "ours/baseline" else None} for m, v in speeds.items()]
+    versus = trees.versus_best_peer(records, rows)
+    assert versus["peer"] == "hf/prompt-lookup" and versus["ratio"] == pytest.approx(13 / 20)
+    rows[2]["speedup"] = 0.1  # were early exit transformers' faster method, EAGLE-2 would be compared with it
+    assert trees.versus_best_peer(records, rows)["peer"] == "hf/early-exit"
+    assert trees.versus_best_peer(records, [r for r in rows if not r["method"].startswith("hf/")]) is None
