@@ -138,6 +138,25 @@ def test_model_card_reports_alpha_by_depth_data_and_the_gpu_command():
                        "gpu_command": "CMD-GPU --device cuda", "draft_vocab": 50, "full_vocab_eval": None})
     assert "| α | 0.500 | 0.400 |" in text and "top-4: 0.700" in text and "(not met)" in text
     assert "CMD-CPU" in text and "CMD-GPU --device cuda" in text and "7 AdamW steps" in text
+    assert "0.6 min wall in all" in text
+
+
+def test_a_resumed_runs_card_counts_every_session_and_is_rewritten_from_its_training_json(tmp_path):
+    import json
+
+    from decoders.eagle import card
+
+    final = {"alpha": [0.5, 0.4], "recall": {1: 0.5, 4: 0.7}, "mean_accepted": 0.7, "chains": 100}
+    info = {"target": "t", "layer_class": "LlamaDecoderLayer", "final_eval": final, "heldout_conversations": 3,
+            "data": "replies", "train_examples": 5, "train_tokens": 1000, "seq_len": 256, "steps": 7,
+            "batch_tokens": 1024, "lr": 1e-3, "tokens_seen": 900, "feature_seconds": 4.0, "train_seconds": 3190.0,
+            "total_seconds": 240.0, "hardware": "cpu", "save_dtype": "float16", "size_mb": 8.4,
+            "evals": [(7, final)], "command": "CMD", "gpu_command": "GPU", "draft_vocab": 50, "full_vocab_eval": None}
+    text = card.model_card(info)  # a card without the flag: the last session was shorter than the training
+    assert "53.2 min of training" in text and "the last session took 4.0 min wall" in text
+    assert "wall in all" not in text
+    (tmp_path / "training.json").write_text(json.dumps(info | {"resumed": True}))  # JSON: recall keys turn strings
+    assert card.rewrite(tmp_path).read_text() == text
 
 
 def test_model_card_of_an_eagle3_head_names_its_layout_layers_and_vocabulary():

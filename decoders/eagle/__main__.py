@@ -82,6 +82,8 @@ def parse(argv=None) -> argparse.Namespace:
     measure.add_argument("--depths", type=int, default=5)
     measure.add_argument("--threads", type=int, default=0)
     measure.add_argument("--seed", type=int, default=0)
+    rewrite = sub.add_parser("card", help="write a head folder's README.md again from its training.json")
+    rewrite.add_argument("folder")
     return parser.parse_args(argv)
 
 
@@ -90,6 +92,9 @@ def main(argv=None) -> int:
     try:
         if args.command == "measure":
             return run_measure(args)
+        if args.command == "card":
+            print(f"wrote {card.rewrite(args.folder)}")
+            return 0
         return run_train(args, argv if argv is not None else sys.argv[1:])
     except (DataError, EagleHeadError, ModelError, ValueError) as error:  # CheckpointError is a ValueError
         print(f"error: {error}", file=sys.stderr)
@@ -172,7 +177,7 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
             "total_seconds": time.perf_counter() - started, "hardware": card.hardware(lm.device),
             "save_dtype": args.save_dtype, "size_mb": size_mb, "evals": history.evals, "command": command,
             "gpu_command": gpu_command(args), "draft_vocab": head.vocab_size, "full_vocab_eval": full_vocab,
-            "initial_eval": initial, "init": args.init,
+            "initial_eval": initial, "init": args.init, "resumed": bool(args.resume),
             "heldout_note": "held-out replies (the target's own, to prompts never trained on)" if args.replies else None,
             "resume_command": resume_command(command) if args.checkpoint else None}
     (out / "README.md").write_text(card.model_card(info))

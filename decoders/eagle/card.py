@@ -1,7 +1,9 @@
 """The model card written next to a trained head (README.md): what it was trained on, how long, how good."""
 from __future__ import annotations
 
+import json
 import platform
+from pathlib import Path
 
 import torch
 
@@ -29,6 +31,15 @@ def _vocab_note(info: dict) -> str:
     return (f"Draft vocabulary: the {info['draft_vocab']:,} most frequent tokens of the training text (EAGLE-3's "
             f"reduced vocabulary; ids in `vocab_ids`). The same head scored over the full vocabulary "
             f"(`head.set_draft_vocab(None)`): α by depth {alpha}, top-1 recall {full['recall'][1]:.3f}.")
+
+
+def _time_line(info: dict) -> str:
+    """Training time over every session of a resumed run; the wall time and hardware are the last session's."""
+    resumed = info.get("resumed", info["total_seconds"] < info["train_seconds"])  # older cards lack the flag
+    where = (f"over all sessions of the resumed run; the last session took {info['total_seconds'] / 60:.1f} min wall, "
+             "on the hardware below" if resumed else f"{info['total_seconds'] / 60:.1f} min wall in all")
+    return (f"{info['feature_seconds']:.0f} s of target features + {info['train_seconds'] / 60:.1f} min of training\n"
+            f"  ({where})")
 
 
 def _resume_note(info: dict) -> str:
@@ -74,7 +85,7 @@ def model_card(info: dict) -> str:
              if info.get("initial_eval") else []) + list(info["evals"])
     history = "\n".join(f"| {step} | " + " | ".join(f"{a:.3f}" for a in result["alpha"]) + f" | {result['recall'][1]:.3f} |"
                         for step, result in evals)
-    return f"""{_architecture(info)}
+    return f"""{_architecture(info).rstrip()}
 
 ## Held-out acceptance ({final['chains']} greedy draft chains on {info['heldout_conversations']} {info.get('heldout_note') or "held-out ShareGPT conversations, assistant turns"})
 
@@ -96,8 +107,7 @@ Target of the issue: α(depth 1) >= 0.6 ({'met' if final['alpha'][0] >= 0.6 else
 - Loss: SmoothL1 on the next feature + 0.1 x cross-entropy against the target's next-token distribution (EAGLE).
 - Steps: {info['steps']} AdamW steps of ~{info['batch_tokens']} tokens, lr {info['lr']} (warm-up, linear decay),
   {info['tokens_seen']:,} loss tokens seen.
-- Time: {info['feature_seconds']:.0f} s of target features + {info['train_seconds']:.0f} s of training
-  ({info['total_seconds'] / 60:.1f} min wall in all).
+- Time: {_time_line(info)}.
 - Hardware: {info['hardware']}.
 - Stored as {info['save_dtype']} ({info['size_mb']:.1f} MB).
 
@@ -119,3 +129,17 @@ On a GPU (the same recipe, more data and time; `--device cuda`):
 {info['gpu_command']}
 ```
 """
+
+
+def rewrite(folder: str | Path) -> Path:
+    """README.md again from the folder's training.json (after the card's wording changed): JSON turned the
+    recall's top-k keys into strings and the evaluations into lists; both come back as the trainer wrote them."""
+    folder = Path(folder)
+    info = json.loads((folder / "training.json").read_text())
+    for result in [info["final_eval"], info.get("full_vocab_eval"), info.get("initial_eval"),
+                   *(e[1] for e in info["evals"])]:
+        if result:
+            result["recall"] = {int(k): v for k, v in result["recall"].items()}
+    info["evals"] = [tuple(e) for e in info["evals"]]
+    (folder / "README.md").write_text(model_card(info))
+    return folder / "README.md"
