@@ -215,3 +215,31 @@ def test_training_time_test_scores_the_heads_own_second_draft_as_decoding_makes_
         depth2 = (torch.stack(regs).mean(), torch.stack(ces).mean())
     torch.testing.assert_close(both[0], (one[0] + depth2[0]) / 2, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(both[1], (one[1] + depth2[1]) / 2, rtol=1e-4, atol=1e-5)
+
+
+def test_sharegpt_text_added_to_replies_never_reads_a_held_out_conversation(tmp_path, monkeypatch):
+    """--with-sharegpt-tokens: dataset text in the trainers' permutation, less the reply store's held-out prompts."""
+    import argparse
+    import random
+
+    import decoders.eagle.__main__ as cli
+    from decoders.eagle.data import bench_source_ids
+
+    records = load_sharegpt()
+    pairs = [(r.get("id"), m) for r, m in ((r, to_messages(r)) for r in records) if len(m) >= 2]
+    random.Random(0).shuffle(pairs)
+    usable = [(sid, m) for sid, m in pairs if sid not in bench_source_ids()]
+    held = [sid for sid, _ in usable[:3]]  # the store holds out the permutation's first three conversations
+    (tmp_path / "heldout-00000.pt").write_bytes(b"")
+    (tmp_path / "index.jsonl").write_text(json.dumps({"shard": "heldout-00000.pt", "split": "heldout",
+                                                      "keys": [f"sharegpt:{sid}" for sid in held], "tokens": 1}) + "\n")
+    seen = {}
+    monkeypatch.setattr(cli, "build_examples", lambda tok, chats, n, budget: seen.setdefault("chats", chats) and [])
+    args = argparse.Namespace(replies=str(tmp_path), seed=0, seq_len=256, with_sharegpt_tokens=1000)
+    head = EagleHead(tiny_llama(vocab=VOCAB, seed=3).model)
+    lm = argparse.Namespace(tokenizer=None, model=head._target[0])
+    assert cli.sharegpt_besides_replies(args, lm, head) == []
+    chats = seen["chats"]
+    assert chats[0] == usable[3][1]  # the first conversation the store does not hold out
+    assert not any(m is chat for chat in chats for _, m in usable[:3])
+    assert len(chats) == len(usable) - 3

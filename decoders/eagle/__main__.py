@@ -64,6 +64,9 @@ def parse(argv=None) -> argparse.Namespace:
                        f"for eagle1, {EAGLE3_TTT_DEPTHS} for eagle3)")
     train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
                        "`python -m decoders.training replies` (its held-out split is the held-out set)")
+    train.add_argument("--with-sharegpt-tokens", type=int, default=0, help="with --replies: also this many tokens "
+                       "of ShareGPT's own answers (dataset text, the target's soft labels; cheap where generating "
+                       "replies is the bottleneck), never a conversation the reply store holds out")
     train.add_argument("--init", default=None, help="start from this head folder (e.g. assets/eagle/smollm2-135m, "
                        "the shipped head); its draft vocabulary is kept")
     train.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
@@ -124,6 +127,11 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     head = make_head(args, target, train_examples)
     if args.replies:
         train_set, heldout_set = featurized_for(head, train_records), featurized_for(head, held_records)
+        if args.with_sharegpt_tokens:
+            extra = sharegpt_besides_replies(args, lm, head)
+            train_set, train_examples = train_set + extra, train_examples + extra
+            data_note += (f"; with {sum(len(e.ids) for e in extra):,} tokens of ShareGPT V3's own answers (dataset "
+                          "text; the labels are still the target's next-token distributions)")
     elif head.feature_layers is not None:  # EAGLE-3 reads fused layers: the dataset text once more, for them
         train_set, heldout_set = (target_features(target, examples, layers=head.feature_layers)
                                   for examples in (train_set, heldout_set))
@@ -214,6 +222,28 @@ def replies_data(folder: str, target: str, max_tokens: int = 0) -> tuple[list, l
         raise ValueError(f"{folder} holds {len(train)} training and {len(held)} held-out replies; write them first: "
                          f"python -m decoders.training replies --target <name> --out {folder}")
     return train, held, REPLIES_NOTE
+
+
+def sharegpt_besides_replies(args, lm, head) -> list:
+    """ShareGPT's own answers in the trainers' permutation, featurized, leaving out every conversation the reply
+    store holds out (and the bench's, as conversations() does): more text where generation is the bottleneck."""
+    from ..training.replies import ReplyStore
+
+    if head.feature_layers is not None:
+        raise ValueError("--with-sharegpt-tokens trains EAGLE-1/2 heads (an EAGLE-3 head reads fused layers the "
+                         "reply store does not keep): drop it or use --arch eagle1")
+    held_keys = {key for entry in ReplyStore(args.replies).entries if entry["split"] == "heldout"
+                 for key in entry["keys"]}
+    records = load_sharegpt()
+    pairs = [(r.get("id"), m) for r, m in ((r, to_messages(r)) for r in records) if len(m) >= 2]
+    random.Random(args.seed).shuffle(pairs)  # the permutation of conversations() and decoders/training/prompts.py
+    excluded = bench_source_ids() | {key.removeprefix("sharegpt:") for key in held_keys}
+    chats = [m for source, m in pairs if source not in excluded]
+    examples = build_examples(lm.tokenizer, chats, args.seq_len, args.with_sharegpt_tokens)
+    bar = _token_bar(sum(len(e.ids) for e in examples), "ShareGPT text features")
+    extra = target_features(lm.model, examples, progress=bar)
+    bar.close()
+    return extra
 
 
 def dataset_features(args, lm) -> tuple[list, list, str, list]:
