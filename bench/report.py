@@ -60,6 +60,17 @@ def ratio_over(records: list[dict], method: str, reference: str, kinds=None) -> 
             "spread": spread([x for v in chosen.values() for x in v]), "n": sum(len(v) for v in chosen.values())}
 
 
+def base_row(records: list[dict], method) -> dict:
+    """The columns every bench table shares for one method (a bench.runner.Method): its runs, median tokens/s,
+    speed-up over the baseline of the same prompt and repetition (with the spread), τ, and how many equal it."""
+    mine = [r for r in records if r["method"] == method.key]
+    ratio = ratio_over(records, method.key, "ours/baseline") if method.key != "ours/baseline" else None
+    same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
+    return {"method": method.key, "label": method.label, "runs": len(mine), "tok_s": median([r["tok_s"] for r in mine]),
+            "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
+            "tau": median([r["tau"] for r in mine]), "identical": f"{sum(same)}/{len(same)}"}
+
+
 def method_rows(records: list[dict], methods: list[dict], costs: dict | None = None) -> list[dict]:
     """One row per (method, prompt kind) with every column of the main table."""
     rows = []

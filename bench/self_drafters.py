@@ -83,19 +83,10 @@ def draft_cost(records: list[dict], method: str) -> float | None:
 
 
 def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
-    rows = []
-    for m in methods:
-        mine = [r for r in records if r["method"] == m.key]
-        ratio = report.ratio_over(records, m.key, "ours/baseline") if m.key != "ours/baseline" else None
-        same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
-        rows.append({"method": m.key, "label": m.label, "runs": len(mine),
-                     "tok_s": report.median([r["tok_s"] for r in mine]),
-                     "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
-                     "tau": report.median([r["tau"] for r in mine]),
-                     "alpha": alpha_by_depth(mine) if m.family == "ours" and m.kind != "baseline" else None,
-                     "draft_cost": draft_cost(records, m.key) if m.family == "ours" else None,
-                     "identical": f"{sum(same)}/{len(same)}"})
-    return rows
+    return [report.base_row(records, m) | {
+        "alpha": alpha_by_depth([r for r in records if r["method"] == m.key])
+        if m.family == "ours" and m.kind != "baseline" else None,
+        "draft_cost": draft_cost(records, m.key) if m.family == "ours" else None} for m in methods]
 
 
 @torch.inference_mode()

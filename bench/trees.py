@@ -63,19 +63,12 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
     rows = []
     for m in methods:
         mine = [r for r in records if r["method"] == m.key]
-        ratio = report.ratio_over(records, m.key, "ours/baseline") if m.key != "ours/baseline" else None
-        same = [r["identical_to_baseline"] for r in mine if r.get("identical_to_baseline") is not None]
-        rows.append({"method": m.key, "label": m.label, "runs": len(mine),
-                     "tok_s": report.median([r["tok_s"] for r in mine]),
-                     "speedup": ratio["median"] if ratio else None, "spread": ratio["spread"] if ratio else None,
-                     "tau": report.median([r["tau"] for r in mine]), "draft": report.draft_of(mine),
-                     "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1)
-                                                          for r in mine]),
-                     "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1)
-                                                         for r in mine]),
-                     "peak_kv_mib": report.median([r["peak_kv_bytes"] / 2 ** 20 for r in mine
-                                                   if r.get("peak_kv_bytes")]),  # HF's runs do not report it
-                     "identical": f"{sum(same)}/{len(same)}"})
+        rows.append(report.base_row(records, m) | {
+            "draft": report.draft_of(mine),
+            "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1) for r in mine]),
+            "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1) for r in mine]),
+            "peak_kv_mib": report.median([r["peak_kv_bytes"] / 2 ** 20 for r in mine
+                                          if r.get("peak_kv_bytes")])})  # HF's runs do not report it
     return rows
 
 

@@ -25,7 +25,7 @@ from .official import EagleHeadError, load_official, save_official, trained_head
 from .train import TrainSettings, acceptance_by_depth, train_head
 from . import card
 from ..training import save_curves
-from ..training.checkpoint import resume_command
+from ..training.checkpoint import add_checkpoint_arguments, resume_command
 
 
 # SafeAILab trains EAGLE-3 seven steps deep on GPUs; each depth costs a head forward and backward, and a CPU run
@@ -69,12 +69,7 @@ def parse(argv=None) -> argparse.Namespace:
                        "replies is the bottleneck), never a conversation the reply store holds out")
     train.add_argument("--init", default=None, help="start from this head folder (e.g. assets/eagle/smollm2-135m, "
                        "the shipped head); its draft vocabulary is kept")
-    train.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
-                       "position, RNG), written every --checkpoint-every minutes and at the end")
-    train.add_argument("--checkpoint-every", type=float, default=5.0, help="minutes")
-    train.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
-    train.add_argument("--session-minutes", type=float, default=0.0,
-                       help="end this session after this long (the run stays resumable; 0: run to the budget)")
+    add_checkpoint_arguments(train)
     measure = sub.add_parser("measure", help="head forward time and held-out α: full vs reduced vocabularies")
     measure.add_argument("--target", required=True)
     measure.add_argument("--head", default=None, help="head folder (default: the shipped or cached head)")

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..training import FitSettings, save_curves
-from ..training.checkpoint import resume_command
+from ..training.checkpoint import add_checkpoint_arguments, resume_command
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -53,12 +53,7 @@ def parse(argv=None) -> argparse.Namespace:
     train.add_argument("--init", default=None, help="continue from saved weights (a folder from an earlier run)")
     train.add_argument("--replies", default=None, help="train on the target's own replies: a folder written by "
                        "`python -m decoders.training replies` (its held-out split is the held-out set)")
-    train.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
-                       "position, RNG), written every --checkpoint-every minutes and at the end")
-    train.add_argument("--checkpoint-every", type=float, default=5.0, help="minutes")
-    train.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
-    train.add_argument("--session-minutes", type=float, default=0.0,
-                       help="end this session after this long (the run stays resumable; 0: run to the budget)")
+    add_checkpoint_arguments(train)
     return parser.parse_args(argv)
 
 

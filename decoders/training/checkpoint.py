@@ -99,6 +99,16 @@ def restore(checkpointing: Checkpointing, optimizer, state: dict) -> tuple:
     return state["history"], float(state["elapsed"])
 
 
+def add_checkpoint_arguments(parser) -> None:
+    """The options every resumable trainer takes (python -m decoders.eagle / decoders.selfdraft train)."""
+    parser.add_argument("--checkpoint", default=None, help="training state file (model, optimizer, step, data "
+                        "position, RNG), written every --checkpoint-every minutes and at the end")
+    parser.add_argument("--checkpoint-every", type=float, default=5.0, help="minutes")
+    parser.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    parser.add_argument("--session-minutes", type=float, default=0.0,
+                        help="end this session after this long (the run stays resumable; 0: run to the budget)")
+
+
 def resume_command(command: str) -> str:
     """The command line that continues a checkpointed run: the same one, with --resume."""
     return command if " --resume" in f"{command} " else f"{command} --resume"
