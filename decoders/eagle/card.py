@@ -17,7 +17,8 @@ def hardware(device: torch.device) -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{cpu}, {torch.get_num_threads()} torch threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, {threads} torch thread{'s' if threads != 1 else ''}"
 
 
 def _vocab_note(info: dict) -> str:
@@ -31,6 +32,14 @@ def _vocab_note(info: dict) -> str:
     return (f"Draft vocabulary: the {info['draft_vocab']:,} most frequent tokens of the training text (EAGLE-3's "
             f"reduced vocabulary; ids in `vocab_ids`). The same head scored over the full vocabulary "
             f"(`head.set_draft_vocab(None)`): α by depth {alpha}, top-1 recall {full['recall'][1]:.3f}.")
+
+
+def _init_line(info: dict) -> str:
+    """Where the weights started: a continued head's history is its starting head's card plus this one."""
+    if not info.get("init"):
+        return ""
+    return (f"\n- Started from: `{info['init']}` (a fresh optimizer unless resumed; the first row below is its held-out "
+            "α), so this card's steps and minutes add to that head's")
 
 
 def _time_line(info: dict) -> str:
@@ -101,7 +110,7 @@ Target of the issue: α(depth 1) >= 0.6 ({'met' if final['alpha'][0] >= 0.6 else
 
 ## Training
 
-- Data: {info['data']}
+- Data: {info['data']}{_init_line(info)}
 - Examples: {info['train_examples']} sequences, {info['train_tokens']:,} tokens (loss on assistant tokens; sequences
   cut at {info['seq_len']} tokens); held out: {info['heldout_conversations']} conversations never trained on.
 - Loss: SmoothL1 on the next feature + 0.1 x cross-entropy against the target's next-token distribution (EAGLE).
