@@ -65,8 +65,11 @@ def summarize(records: list[dict], methods: list[Method]) -> list[dict]:
         mine = [r for r in records if r["method"] == m.key]
         rows.append(report.base_row(records, m) | {
             "draft": report.draft_of(mine),
-            "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1) for r in mine]),
-            "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1) for r in mine]),
+            # transformers' early exit drafts and verifies on one model object: its counts are not separable (None)
+            "accepted_per_round": report.median([r["accepted"] / max(1, r["target_forwards"] - 1) for r in mine
+                                                 if r["accepted"] is not None]),
+            "drafted_per_round": report.median([r["drafted"] / max(1, r["target_forwards"] - 1) for r in mine
+                                                if r["drafted"] is not None]),
             "peak_kv_mib": report.median([r["peak_kv_bytes"] / 2 ** 20 for r in mine
                                           if r.get("peak_kv_bytes")])})  # HF's runs do not report it
     return rows

@@ -58,3 +58,15 @@ def test_eagle2_is_compared_with_transformers_fastest_method_of_the_same_run():
     rows[2]["speedup"] = 0.1  # were early exit transformers' faster method, EAGLE-2 would be compared with it
     assert trees.versus_best_peer(records, rows)["peer"] == "hf/early-exit"
     assert trees.versus_best_peer(records, [r for r in rows if not r["method"].startswith("hf/")]) is None
+
+
+def test_the_table_takes_a_peer_whose_draft_counts_are_not_separable():
+    """transformers' early exit drafts and verifies on one model object: its accepted/drafted/τ are None."""
+    methods = trees.methods_for(grown_by_head=True)
+    records = [dict(_record(m.key, "a", 0, 10.0), accepted=None if m.key == "hf/early-exit" else 3,
+                    drafted=None if m.key == "hf/early-exit" else 6, target_forwards=None if m.key == "hf/early-exit"
+                    else 4, tau=None if m.key == "hf/early-exit" else 2.0, identical_to_baseline=True)
+               for m in methods]
+    rows = {r["method"]: r for r in trees.summarize(records, methods)}
+    assert rows["hf/early-exit"]["accepted_per_round"] is None and rows["hf/early-exit"]["tau"] is None
+    assert rows["ours/eagle2-cost"]["accepted_per_round"] == 1.0 and rows["ours/eagle2-cost"]["speedup"] == 1.0
