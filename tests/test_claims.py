@@ -413,4 +413,6 @@ def test_no_results_file_labels_its_machine_by_a_constant_or_carries_a_local_loc
     texts = {path.name: path.read_text() for path in sorted(RESULTS.iterdir()) if path.suffix in (".md", ".json")}
     assert [name for name, text in texts.items() if "shared CPU" in text] == []
     assert [name for name, text in texts.items() if "flock" in text or "speclab-heavy.lock" in text] == []
-    assert "machine load not recorded" in texts["self-drafters-smollm2-135m.md"]
+    # the self-drafters file says what the load meter saw (or that its run predates it), never a constant
+    assert re.search(r"load \d\.\d\d per core \(median|machine load not recorded",
+                     texts["self-drafters-smollm2-135m.md"])
