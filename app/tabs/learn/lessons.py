@@ -207,9 +207,9 @@ LESSONS: list[Lesson] = [
            "τ = 1 + α1 + α1·α2 + … tokens per target forward, so the paper's head, near 0.75 at every depth, makes "
            "more than three tokens a forward, and a head near 0.5 under two, before the drafts' own cost. That "
            "gap is why EAGLE-2 gains little here: with the shipped head and a tree sized to this CPU's costs it ran "
-           "1.35× plain decoding (bench/results/trees-smollm2-135m.md), and the paper's 59-node trees still lose "
+           "1.26× plain decoding (bench/results/trees-smollm2-135m.md), and the paper's 59-node trees still lose "
            "(Claims tab), where the paper reports 3–4× with heads near 0.8. Published heads train for GPU-hours on "
-           "millions of tokens, this one for under two hours on a 2-core CPU on a quarter of a million, and its "
+           "millions of tokens, this one for about two and a half hours on a 2-core CPU on a quarter of a million, and its "
            "curve has nearly flattened there. **Try it** "
            "grows an EAGLE-2 tree from the shipped head.",
            "acceptance", "eagle2-head-chat.json"),
